@@ -1,0 +1,160 @@
+// Package blocking decides which pods on a node a PodDisruptionBudget keeps from being evicted, whether
+// adding replicas can change that, and whether a replacement pod could be scheduled elsewhere.
+//
+// Everything here is pure: callers pass objects read from informer listers.
+package blocking
+
+import (
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// mirrorPodAnnotation marks a static pod's mirror in the API; the Eviction API cannot remove those.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// Unsatisfiable reasons: why adding replicas cannot make a PDB allow a disruption.
+const (
+	// ReasonMaxUnavailable: with maxUnavailable, every added healthy replica also raises the expected
+	// count, so the allowed disruptions stay what they are.
+	ReasonMaxUnavailable = "MaxUnavailable"
+	// ReasonFullMinAvailable: minAvailable of 100% requires every expected pod, whatever their number.
+	ReasonFullMinAvailable = "MinAvailableAll"
+	// ReasonTooManyReplicas: the surge needed exceeds MaxSurge replicas.
+	ReasonTooManyReplicas = "SurgeTooLarge"
+)
+
+// MaxSurge caps how many replicas one surge may add.
+const MaxSurge = 10
+
+// Blocked is a pod whose eviction a PDB refuses.
+type Blocked struct {
+	Pod *corev1.Pod
+	PDB *policyv1.PodDisruptionBudget
+}
+
+// Skip reports whether the pod takes no part in a drain decision: DaemonSet and mirror pods are left on
+// the node by the MCO's drain, terminal pods are gone already, and a pod being deleted is leaving anyway.
+func Skip(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return true
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if _, ok := pod.Annotations[mirrorPodAnnotation]; ok {
+		return true
+	}
+	if c := metav1.GetControllerOf(pod); c != nil && c.Kind == "DaemonSet" {
+		return true
+	}
+	return false
+}
+
+// Selects reports whether pdb selects pod. In policy/v1 a nil selector selects nothing and an empty
+// one selects every pod of the namespace.
+func Selects(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+	if pdb.Namespace != pod.Namespace || pdb.Spec.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		return false
+	}
+	return sel.Matches(labels.Set(pod.Labels))
+}
+
+// PodReady reports whether the pod's Ready condition is True.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// blocks reports whether pdb refuses to evict pod, as the Eviction API decides it: no disruption allowed,
+// except that an unhealthy pod may go when the budget is otherwise met (IfHealthyBudget) or always
+// (AlwaysAllow).
+func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+	// A PDB the disruption controller has not yet processed blocks every eviction.
+	if pdb.Status.ObservedGeneration < pdb.Generation {
+		return true
+	}
+	if pdb.Status.DisruptionsAllowed > 0 {
+		return false
+	}
+	if !PodReady(pod) {
+		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+			return false
+		}
+		if pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
+			return false
+		}
+	}
+	return true
+}
+
+// Find returns the pods whose eviction a PDB refuses, with the first such PDB. pdbs lists the PDBs of
+// the pods' namespaces.
+func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
+	var out []Blocked
+	for _, pod := range pods {
+		if Skip(pod) {
+			continue
+		}
+		for _, pdb := range pdbs {
+			if Selects(pdb, pod) && blocks(pdb, pod) {
+				out = append(out, Blocked{Pod: pod, PDB: pdb})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// SurgeNeeded returns how many healthy replicas must be added for pdb to allow one disruption, or the
+// reason no number of added replicas can.
+func SurgeNeeded(pdb *policyv1.PodDisruptionBudget) (int32, string) {
+	if pdb.Spec.MaxUnavailable != nil {
+		return 0, ReasonMaxUnavailable
+	}
+	healthy, expected := pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods
+	minAvail := pdb.Spec.MinAvailable
+	if minAvail == nil {
+		// Neither field set: the API server defaults minAvailable to 1.
+		one := intstr.FromInt32(1)
+		minAvail = &one
+	}
+	for d := int32(1); d <= MaxSurge; d++ {
+		if healthy+d-desiredHealthy(minAvail, expected+d) >= 1 {
+			return d, ""
+		}
+		if minAvail.Type == intstr.String && isFull(minAvail) {
+			return 0, ReasonFullMinAvailable
+		}
+	}
+	return 0, ReasonTooManyReplicas
+}
+
+func isFull(v *intstr.IntOrString) bool {
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, 100, true)
+	return err == nil && n >= 100
+}
+
+// desiredHealthy mirrors the disruption controller: a percentage of the expected pods, rounded up.
+func desiredHealthy(minAvailable *intstr.IntOrString, expected int32) int32 {
+	if minAvailable.Type == intstr.Int {
+		return minAvailable.IntVal
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(minAvailable, int(expected), true)
+	if err != nil {
+		return math.MaxInt32
+	}
+	return int32(n)
+}

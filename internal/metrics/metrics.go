@@ -1,0 +1,122 @@
+// Package metrics defines every Prometheus metric drain-guardian exports, on one registry.
+//
+// Label values are bounded: pool names, workload kinds, trigger and failure reasons come from small fixed
+// sets or from the cluster's MachineConfigPools. The only per-object series, surge_start_time_seconds, exists
+// only while a surge is active and --max-concurrent-surges bounds how many are.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/drain-guardian/drain-guardian/internal/version"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "drain_guardian"
+
+// Metrics holds the registry and every collector the daemon updates.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	StallsDetected     *prometheus.CounterVec
+	StallsResolved     *prometheus.CounterVec
+	StallsFailed       *prometheus.CounterVec
+	SurgesActive       *prometheus.GaugeVec
+	SurgeStartTime     *prometheus.GaugeVec
+	BlockedPods        *prometheus.GaugeVec
+	UnresolvableBlocks *prometheus.GaugeVec
+	StallResolution    *prometheus.HistogramVec
+	ReplacementReady   *prometheus.HistogramVec
+	Evictions          *prometheus.CounterVec
+	Leader             prometheus.Gauge
+	BuildInfo          *prometheus.GaugeVec
+}
+
+// durationBuckets spans a replacement that is Ready in seconds to a stall that lasts hours: 1s .. ~4.5h.
+var durationBuckets = prometheus.ExponentialBuckets(1, 2, 15)
+
+// New creates the metrics and registers them, with the Go and process collectors, on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		StallsDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "stalls_detected_total",
+			Help: "Drains blocked (or predicted to be blocked) by a PodDisruptionBudget, per workload.",
+		}, []string{"pool", "kind", "trigger"}),
+		StallsResolved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "stalls_resolved_total",
+			Help: "Stalls resolved: the blocked pod left the node while its replacement was Ready.",
+		}, []string{"pool", "kind"}),
+		StallsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "stalls_failed_total",
+			Help: "Stalls the guardian could not resolve, by reason.",
+		}, []string{"pool", "kind", "reason"}),
+		SurgesActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "surges_active",
+			Help: "Workloads currently surged by the guardian.",
+		}, []string{"pool", "kind"}),
+		SurgeStartTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "surge_start_time_seconds",
+			Help: "Unix time at which each active surge started; the series disappears on restore.",
+		}, []string{"namespace", "name", "kind"}),
+		BlockedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "blocked_pods",
+			Help: "Pods on a node being drained or targeted whose PodDisruptionBudget allows no disruption.",
+		}, []string{"pool"}),
+		UnresolvableBlocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "unresolvable_blocked_pods",
+			Help: "Blocked pods that no surge can help, by reason.",
+		}, []string{"pool", "reason"}),
+		StallResolution: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "stall_resolution_duration_seconds",
+			Help:    "Time from a stall's detection to the blocked pod leaving the node.",
+			Buckets: durationBuckets,
+		}, []string{"pool", "kind"}),
+		ReplacementReady: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "replacement_ready_duration_seconds",
+			Help:    "Time from a surge to its replacement pod being Ready on another node.",
+			Buckets: durationBuckets,
+		}, []string{"kind"}),
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "evictions_total",
+			Help: "Evictions of blocked pods requested through the Eviction API, by result (success, blocked, error).",
+		}, []string{"result"}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "leader",
+			Help: "1 while this replica holds the leader-election Lease (or runs without election), else 0.",
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1; the labels name the running build.",
+		}, []string{"version", "revision", "goversion"}),
+	}
+	m.Registry.MustRegister(
+		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
+		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
+		m.Leader, m.BuildInfo,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m.BuildInfo.WithLabelValues(version.Version, version.Revision, version.GoVersion()).Set(1)
+	return m
+}
+
+// Names lists the name of every drain_guardian_ metric family the daemon exports, including the workqueue
+// metrics. Histograms are listed by base name (without _bucket, _sum, _count).
+func Names() []string {
+	return append([]string{
+		"drain_guardian_stalls_detected_total",
+		"drain_guardian_stalls_resolved_total",
+		"drain_guardian_stalls_failed_total",
+		"drain_guardian_surges_active",
+		"drain_guardian_surge_start_time_seconds",
+		"drain_guardian_blocked_pods",
+		"drain_guardian_unresolvable_blocked_pods",
+		"drain_guardian_stall_resolution_duration_seconds",
+		"drain_guardian_replacement_ready_duration_seconds",
+		"drain_guardian_evictions_total",
+		"drain_guardian_leader",
+		"drain_guardian_build_info",
+	}, workqueueNames()...)
+}

@@ -1,0 +1,232 @@
+// Package options defines drain-guardian's command-line flags, their environment variables and their
+// validation. Every flag --some-flag can also be set with DRAIN_GUARDIAN_SOME_FLAG; a flag given on the
+// command line wins over the environment.
+package options
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// EnvPrefix is the prefix of the environment variable that mirrors each flag.
+const EnvPrefix = "DRAIN_GUARDIAN_"
+
+// RestoreMode says when a surge is undone.
+type RestoreMode string
+
+const (
+	// RestorePool restores once the node's MachineConfigPool reports Updated.
+	RestorePool RestoreMode = "pool"
+	// RestoreNode restores once the drained node is updated, Done and schedulable again.
+	RestoreNode RestoreMode = "node"
+)
+
+// LLMNilSemantics says what an absent LLMInferenceService replica field means to KServe.
+type LLMNilSemantics string
+
+const (
+	// LLMNilAuto picks by the served API versions: v1alpha2 served means OpenShift AI 3.4 or newer.
+	LLMNilAuto LLMNilSemantics = "auto"
+	// LLMNilKeep is the 3.4+ behaviour: nil keeps the Deployment's current count.
+	LLMNilKeep LLMNilSemantics = "keep"
+	// LLMNilOne is the behaviour up to 3.3: nil means one replica.
+	LLMNilOne LLMNilSemantics = "one"
+)
+
+// Options is the daemon's whole configuration.
+type Options struct {
+	Kubeconfig string
+	DryRun     bool
+
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+
+	MetricsBindAddress     string
+	MetricsSecure          bool
+	MetricsCertDir         string
+	HealthProbeBindAddress string
+
+	Restore            string
+	Preemptive         bool
+	Evict              bool
+	ScheduleTimeout    time.Duration
+	ReadyTimeout       time.Duration
+	MaxSurgeDuration   time.Duration
+	CordonedNodes      bool
+	CordonGracePeriod  time.Duration
+	NamespaceSelector  string
+	PoolSelector       string
+	MaxConcurrentSurge int
+	Workers            int
+	ResyncPeriod       time.Duration
+	LLMNilSemantics    string
+
+	LogFormat string
+	LogLevel  string
+}
+
+// serviceAccountNamespaceFile holds the pod's namespace when running in a cluster.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	ns := "drain-guardian"
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		ns = strings.TrimSpace(string(b))
+	}
+	return &Options{
+		LeaderElect:             true,
+		LeaderElectionNamespace: ns,
+		LeaderElectionID:        "drain-guardian",
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
+		MetricsBindAddress:      ":8443",
+		MetricsSecure:           true,
+		HealthProbeBindAddress:  ":8081",
+		Restore:                 string(RestorePool),
+		Preemptive:              true,
+		Evict:                   true,
+		ScheduleTimeout:         5 * time.Minute,
+		ReadyTimeout:            30 * time.Minute,
+		MaxSurgeDuration:        24 * time.Hour,
+		CordonGracePeriod:       10 * time.Minute,
+		MaxConcurrentSurge:      3,
+		Workers:                 2,
+		ResyncPeriod:            10 * time.Minute,
+		LLMNilSemantics:         string(LLMNilAuto),
+		LogFormat:               "json",
+		LogLevel:                "info",
+	}
+}
+
+// AddFlags registers every flag on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Empty: in-cluster config, then $KUBECONFIG, then ~/.kube/config.")
+	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Decide and report every action (logs, Events, metrics) without writing to any workload or pod.")
+
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader with a Lease so that several replicas can run; only the leader acts.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's own namespace).")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "How long a non-leader waits before taking over an unrenewed Lease.")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "How long the leader keeps retrying to renew before giving up leadership.")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Interval between leader-election attempts.")
+
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the /metrics endpoint; \"0\" disables it.")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve /metrics over TLS and admit only callers a TokenReview authenticates and a SubjectAccessReview allows to get /metrics.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "Directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate made at start-up.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz and /readyz endpoints; \"0\" disables them.")
+
+	fs.StringVar(&o.Restore, "restore", o.Restore, "When to undo a surge: \"pool\" once the node's MachineConfigPool is Updated, \"node\" once the drained node is updated and schedulable again.")
+	fs.BoolVar(&o.Preemptive, "preemptive", o.Preemptive, "Surge as soon as the MCO targets a node of an updating pool, before its drain starts.")
+	fs.BoolVar(&o.Evict, "evict", o.Evict, "Evict the blocked pod (Eviction API) as soon as its replacement is Ready, instead of waiting for the MCO's next drain attempt.")
+	fs.DurationVar(&o.ScheduleTimeout, "schedule-timeout", o.ScheduleTimeout, "Undo a surge whose replacement pod stays Unschedulable this long.")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "Undo a surge whose replacement pod is not Ready this long after the surge.")
+	fs.DurationVar(&o.MaxSurgeDuration, "max-surge-duration", o.MaxSurgeDuration, "Safety valve: undo any surge older than this, whatever the pool's state.")
+	fs.BoolVar(&o.CordonedNodes, "cordoned-nodes", o.CordonedNodes, "Also treat any node cordoned for longer than --cordon-grace-period as being drained (drains not made by the MCO).")
+	fs.DurationVar(&o.CordonGracePeriod, "cordon-grace-period", o.CordonGracePeriod, "With --cordoned-nodes: how long a node must be cordoned before the guardian acts.")
+	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
+	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
+	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many workloads surged at the same time.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")
+	fs.StringVar(&o.LLMNilSemantics, "kserve-llm-nil-semantics", o.LLMNilSemantics, "Meaning of an absent LLMInferenceService replicas field: \"one\" (OpenShift AI up to 3.3), \"keep\" (3.4 and newer: keep the Deployment's count), \"auto\" (keep when v1alpha2 is served).")
+
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"json\" or \"console\".")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: \"debug\", \"info\", \"warn\" or \"error\".")
+}
+
+// ApplyEnv sets every flag that was not given on the command line from its environment variable, if set.
+// lookup is os.LookupEnv in production.
+func ApplyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := EnvName(f.Name)
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", name, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// EnvName is the environment variable that mirrors the flag name.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Validate reports every invalid setting at once, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	if o.Restore != string(RestorePool) && o.Restore != string(RestoreNode) {
+		bad("restore", "must be \"pool\" or \"node\", got %q", o.Restore)
+	}
+	switch LLMNilSemantics(o.LLMNilSemantics) {
+	case LLMNilAuto, LLMNilKeep, LLMNilOne:
+	default:
+		bad("kserve-llm-nil-semantics", "must be \"auto\", \"keep\" or \"one\", got %q", o.LLMNilSemantics)
+	}
+	for flag, d := range map[string]time.Duration{
+		"schedule-timeout": o.ScheduleTimeout, "ready-timeout": o.ReadyTimeout,
+		"max-surge-duration": o.MaxSurgeDuration, "lease-duration": o.LeaseDuration,
+		"renew-deadline": o.RenewDeadline, "retry-period": o.RetryPeriod,
+	} {
+		if d <= 0 {
+			bad(flag, "must be positive, got %s", d)
+		}
+	}
+	if o.CordonGracePeriod < 0 {
+		bad("cordon-grace-period", "must not be negative, got %s", o.CordonGracePeriod)
+	}
+	if o.ResyncPeriod < 0 {
+		bad("resync-period", "must not be negative, got %s", o.ResyncPeriod)
+	}
+	if o.LeaderElect && o.RenewDeadline >= o.LeaseDuration {
+		bad("renew-deadline", "must be shorter than --lease-duration (%s), got %s", o.LeaseDuration, o.RenewDeadline)
+	}
+	if o.MaxConcurrentSurge < 1 {
+		bad("max-concurrent-surges", "must be at least 1, got %d", o.MaxConcurrentSurge)
+	}
+	if o.Workers < 1 {
+		bad("workers", "must be at least 1, got %d", o.Workers)
+	}
+	if _, err := labels.Parse(o.NamespaceSelector); err != nil {
+		bad("namespace-selector", "%v", err)
+	}
+	if _, err := labels.Parse(o.PoolSelector); err != nil {
+		bad("pool-selector", "%v", err)
+	}
+	if o.LogFormat != "json" && o.LogFormat != "console" {
+		bad("log-format", "must be \"json\" or \"console\", got %q", o.LogFormat)
+	}
+	switch o.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "must be debug, info, warn or error, got %q", o.LogLevel)
+	}
+	if o.Kubeconfig != "" {
+		if _, err := os.Stat(o.Kubeconfig); err != nil {
+			bad("kubeconfig", "cannot read %s: %v", o.Kubeconfig, errors.Unwrap(err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,47 @@
+// Package rbac is the single list of every Kubernetes API call drain-guardian makes.
+//
+// The ClusterRole and Role shipped in manifests/ must grant exactly these rules: a test renders the
+// manifests and compares them with this list, so a new API call in the code fails the build until the
+// shipped RBAC (and the README's table) says so too.
+package rbac
+
+import rbacv1 "k8s.io/api/rbac/v1"
+
+var (
+	readOnly  = []string{"get", "list", "watch"}
+	readPatch = []string{"get", "list", "watch", "patch"}
+)
+
+// ClusterRoleRules returns the cluster-wide permissions the daemon needs.
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		// Nodes are watched for the MCO drain protocol and cordons; never written.
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: readOnly},
+		// Namespaces are read for --namespace-selector and the opt-out annotation.
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: readOnly},
+		// Pods are patched only to set controller.kubernetes.io/pod-deletion-cost before a scale-down.
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readPatch},
+		// The blocked pod is evicted through the Eviction API, never deleted.
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: readOnly},
+		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: readOnly},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: readPatch},
+		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readPatch},
+		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		// TokenReview and SubjectAccessReview authenticate and authorize scrapes of the metrics endpoint.
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
+
+// LeaderElectionRules returns the permissions on the leader-election Lease, granted by a Role in the
+// guardian's own namespace only.
+func LeaderElectionRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		// Leader-election transitions are recorded as Events in the guardian's namespace.
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}

@@ -1,0 +1,155 @@
+package workload
+
+import (
+	"encoding/json"
+)
+
+// op is one JSON-patch (RFC 6902) operation.
+type op struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// patch builds a JSON patch whose first operation tests the object's resourceVersion: the write
+// succeeds only against the exact object the decision was made on, and fails with 409 Conflict
+// otherwise, without a read-modify-write of the whole object (which could drop fields this client's
+// types do not know).
+type patch struct {
+	obj *Object
+	ops []op
+}
+
+func newPatch(obj *Object) *patch {
+	return &patch{obj: obj, ops: []op{{Op: "test", Path: "/metadata/resourceVersion", Value: obj.Meta.GetResourceVersion()}}}
+}
+
+// setAnnotation adds or replaces an annotation, creating the annotations map when the object has none.
+func (p *patch) setAnnotation(key, value string) {
+	if p.obj.Meta.GetAnnotations() == nil && !p.hasAnnotationsOp() {
+		p.ops = append(p.ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{key: value}})
+		return
+	}
+	p.ops = append(p.ops, op{Op: "add", Path: "/metadata/annotations/" + escape(key), Value: value})
+}
+
+func (p *patch) hasAnnotationsOp() bool {
+	for _, o := range p.ops {
+		if o.Path == "/metadata/annotations" {
+			return true
+		}
+	}
+	return false
+}
+
+// removeAnnotation removes an annotation if the object has it.
+func (p *patch) removeAnnotation(key string) {
+	if _, ok := p.obj.Meta.GetAnnotations()[key]; ok {
+		p.ops = append(p.ops, op{Op: "remove", Path: "/metadata/annotations/" + escape(key)})
+	}
+}
+
+// setInt adds or replaces an integer field ("add" replaces an existing member).
+func (p *patch) setInt(pointer string, v int64) {
+	p.ops = append(p.ops, op{Op: "add", Path: pointer, Value: v})
+}
+
+// removeField removes a field if present.
+func (p *patch) removeField(pointer string) {
+	if p.obj.Has(pointer) {
+		p.ops = append(p.ops, op{Op: "remove", Path: pointer})
+	}
+}
+
+func (p *patch) bytes() []byte {
+	b, err := json.Marshal(p.ops)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// SurgePatch writes the record and the surged fields in one atomic write, so that no state exists in
+// which the object is scaled without a record saying how to undo it. It also drops a remembered failure.
+func SurgePatch(obj *Object, rec *Record) []byte {
+	p := newPatch(obj)
+	p.setAnnotation(RecordAnnotation, rec.Encode())
+	p.removeAnnotation(FailureAnnotation)
+	for _, f := range rec.Fields {
+		p.setInt(f.Path, f.Set)
+	}
+	return p.bytes()
+}
+
+// RecordPatch replaces the record, leaving every field alone.
+func RecordPatch(obj *Object, rec *Record) []byte {
+	p := newPatch(obj)
+	p.setAnnotation(RecordAnnotation, rec.Encode())
+	return p.bytes()
+}
+
+// RestoreStep is what one restore write does.
+type RestoreStep struct {
+	Patch []byte
+	// Done is true when the patch removes the record; false when a two-step restore wrote an explicit
+	// count first and must be called again once the workload scaled down.
+	Done bool
+	// Kept lists the fields someone else changed during the surge: their value stays.
+	Kept []Field
+}
+
+// PlanRestore builds the write that undoes rec on obj. A field whose current value differs from what
+// the guardian set was changed by someone else (GitOps, a person, an operator): it keeps that value and
+// is reported in Kept. failure, when not nil, is remembered on the object.
+func PlanRestore(obj *Object, rec *Record, failure *Failure) RestoreStep {
+	p := newPatch(obj)
+	step := RestoreStep{Done: true}
+	for _, f := range rec.Fields {
+		cur, present := obj.Int(f.Path)
+		if rec.Restoring != "" {
+			// Second step of a two-step restore: the first step restored every other field and wrote
+			// the explicit count; remove that field unless someone changed it since.
+			if f.Original == nil && f.ExplicitBeforeRemove != nil {
+				if present && cur == *f.ExplicitBeforeRemove {
+					p.removeField(f.Path)
+				} else {
+					step.Kept = append(step.Kept, f)
+				}
+			}
+			continue
+		}
+		switch {
+		case !present || cur != f.Set:
+			step.Kept = append(step.Kept, f)
+		case f.Original != nil:
+			p.setInt(f.Path, *f.Original)
+		case f.ExplicitBeforeRemove != nil:
+			p.setInt(f.Path, *f.ExplicitBeforeRemove)
+			step.Done = false
+		default:
+			p.removeField(f.Path)
+		}
+	}
+	if !step.Done {
+		next := *rec
+		next.Restoring = "scaling-down"
+		if failure != nil {
+			next.RestoreFailure = failure.Reason
+		}
+		p.setAnnotation(RecordAnnotation, next.Encode())
+	} else {
+		p.removeAnnotation(RecordAnnotation)
+		if failure != nil {
+			p.setAnnotation(FailureAnnotation, failure.Encode())
+		}
+	}
+	step.Patch = p.bytes()
+	return step
+}
+
+// DropRecordPatch removes the record without touching any field.
+func DropRecordPatch(obj *Object) []byte {
+	p := newPatch(obj)
+	p.removeAnnotation(RecordAnnotation)
+	return p.bytes()
+}
