@@ -17,15 +17,16 @@ ARG TARGETARCH
 ARG VERSION=dev
 ARG REVISION=unknown
 WORKDIR /src
+ENV GOCACHE=/cache/go-build GOMODCACHE=/cache/go-mod
 
 # Dependencies first, so that a source change does not download them again.
 COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
+RUN --mount=type=cache,target=/cache/go-mod go mod download
 
 COPY cmd/ cmd/
 COPY internal/ internal/
 # A static binary (no cgo) runs on the distroless base, which has no libc.
-RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+RUN --mount=type=cache,target=/cache/go-mod --mount=type=cache,target=/cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath \
       -ldflags "-s -w \
