@@ -100,8 +100,9 @@ type RestoreStep struct {
 
 // PlanRestore builds the write that undoes rec on obj. A field whose current value differs from what
 // the guardian set was changed by someone else (GitOps, a person, an operator): it keeps that value and
-// is reported in Kept. failure, when not nil, is remembered on the object.
-func PlanRestore(obj *Object, rec *Record, failure *Failure) RestoreStep {
+// is reported in Kept. reason is kept in the record between the two steps of a two-step restore;
+// failure, when not nil, is remembered on the object.
+func PlanRestore(obj *Object, rec *Record, reason string, failure *Failure) RestoreStep {
 	p := newPatch(obj)
 	step := RestoreStep{Done: true}
 	for _, f := range rec.Fields {
@@ -132,7 +133,7 @@ func PlanRestore(obj *Object, rec *Record, failure *Failure) RestoreStep {
 	}
 	if !step.Done {
 		next := *rec
-		next.Restoring = "scaling-down"
+		next.Restoring = reason
 		if failure != nil {
 			next.RestoreFailure = failure.Reason
 		}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/drain-guardian/drain-guardian/internal/controller"
+	"github.com/drain-guardian/drain-guardian/internal/logging"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
+	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/server"
+	"github.com/drain-guardian/drain-guardian/internal/version"
+)
+
+// run wires the daemon and blocks until ctx ends or a component fails.
+func run(ctx context.Context, opts *options.Options) error {
+	log, err := logging.New(opts.LogFormat, opts.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	log.Info("starting drain-guardian", zap.String("version", version.Version), zap.String("revision", version.Revision),
+		zap.Bool("dryRun", opts.DryRun), zap.String("restore", opts.Restore), zap.Bool("preemptive", opts.Preemptive))
+
+	cfg, err := restConfig(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "drain-guardian/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	// Fail fast, with the server's words, on an unreachable cluster or rejected credentials.
+	if _, err := kube.Discovery().ServerVersion(); err != nil {
+		return fmt.Errorf("cannot reach the Kubernetes API at %s: %w", cfg.Host, err)
+	}
+	mco, err := mcfgclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("machineconfiguration client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+
+	m := metrics.New()
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, "drain-guardian")
+	ctrl, err := controller.New(opts, controller.Clients{Kube: kube, MCO: mco, Dynamic: dyn, Discovery: kube.Discovery()}, recorder, m, log)
+	if err != nil {
+		return err
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	var metricsTLS *server.TLSOptions
+	var authClient kubernetes.Interface
+	if opts.MetricsSecure {
+		metricsTLS = &server.TLSOptions{CertDir: opts.MetricsCertDir}
+		authClient = kube
+	}
+	g.Go(func() error {
+		return server.ServeMetrics(ctx, log, opts.MetricsBindAddress, m.Registry, authClient, metricsTLS)
+	})
+	g.Go(func() error {
+		return server.Serve(ctx, log, "health", opts.HealthProbeBindAddress, server.Health(ctrl.Ready), nil)
+	})
+	g.Go(func() error {
+		if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		broadcaster.Shutdown()
+		return nil
+	})
+	g.Go(func() error {
+		if err := ctrl.Start(ctx); err != nil {
+			return err
+		}
+		if !opts.LeaderElect {
+			m.Leader.Set(1)
+			ctrl.Run(ctx)
+			return nil
+		}
+		return lead(ctx, opts, kube, log, m, ctrl)
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	log.Info("drain-guardian stopped")
+	return err
+}
+
+// lead runs the controller while this replica holds the Lease. Losing the Lease ends the process with
+// an error, so that a restart begins from a clean state rather than racing the new leader.
+func lead(ctx context.Context, opts *options.Options, kube kubernetes.Interface, log *zap.Logger, m *metrics.Metrics, ctrl *controller.Controller) error {
+	id, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	id = fmt.Sprintf("%s_%d", id, time.Now().UnixNano())
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.LeaderElectionNamespace, opts.LeaderElectionID,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return err
+	}
+	lost := make(chan struct{})
+	leaderCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true, Name: opts.LeaderElectionID,
+		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("became leader", zap.String("identity", id))
+				m.Leader.Set(1)
+				ctrl.Run(ctx)
+			},
+			OnStoppedLeading: func() {
+				m.Leader.Set(0)
+				close(lost)
+			},
+			OnNewLeader: func(current string) {
+				if current != id {
+					log.Info("following leader", zap.String("leader", current))
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(leaderCtx)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-lost:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("lost the leader-election Lease")
+	}
+}
+
+// restConfig loads the kubeconfig: the --kubeconfig file, else in-cluster, else the default loading rules.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if path != "" {
+		rules.ExplicitPath = path
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

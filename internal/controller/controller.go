@@ -1,0 +1,326 @@
+// Package controller wires drain-guardian to the cluster: shared informers feed one rate-limited
+// workqueue of node and workload keys, and level-driven sync functions read the listers, ask package
+// guardian what to do and carry it out.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
+	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
+	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// FieldManager names drain-guardian in the managedFields of what it writes.
+const FieldManager = "drain-guardian"
+
+// nodeNameIndex indexes pods by the node they are bound to.
+const nodeNameIndex = "spec.nodeName"
+
+// key is one unit of work: a node to check for blocked pods, or a surged object to move along.
+type key struct {
+	Node     string
+	Workload workload.Ref
+}
+
+func (k key) String() string {
+	if k.Node != "" {
+		return "node/" + k.Node
+	}
+	return k.Workload.String()
+}
+
+// Clients are the API clients the controller uses.
+type Clients struct {
+	Kube      kubernetes.Interface
+	MCO       mcfgclient.Interface
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+}
+
+// Controller is drain-guardian's reconciler.
+type Controller struct {
+	cfg      guardian.Config
+	opts     *options.Options
+	log      *zap.Logger
+	clients  Clients
+	recorder events.EventRecorder
+	metrics  *metrics.Metrics
+	clock    clock.Clock
+	queue    workqueue.TypedRateLimitingInterface[key]
+
+	nsSelector, poolSelector labels.Selector
+
+	kubeFactory    informers.SharedInformerFactory
+	mcoFactory     mcfginformers.SharedInformerFactory
+	dynamicFactory dynamicinformer.DynamicSharedInformerFactory
+
+	nodes      corelisters.NodeLister
+	pods       corelisters.PodLister
+	podIndexer cache.Indexer
+	pdbs       policylisters.PodDisruptionBudgetLister
+	namespaces corelisters.NamespaceLister
+	// pools is nil when the cluster does not serve MachineConfigPools (plain Kubernetes).
+	pools  mcfglisters.MachineConfigPoolLister
+	store  *workload.Store
+	kserve *kserveAPIs
+
+	synced []cache.InformerSynced
+	ready  atomic.Bool
+
+	// surgeMu serializes surge decisions so that --max-concurrent-surges holds across workers.
+	surgeMu sync.Mutex
+	state   *state
+}
+
+// New builds the controller and registers its informers; nothing runs until Start and Run.
+func New(opts *options.Options, clients Clients, recorder events.EventRecorder, m *metrics.Metrics, log *zap.Logger) (*Controller, error) {
+	nsSel, err := labels.Parse(opts.NamespaceSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--namespace-selector: %w", err)
+	}
+	poolSel, err := labels.Parse(opts.PoolSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--pool-selector: %w", err)
+	}
+	c := &Controller{
+		cfg: guardian.Config{
+			Preemptive: opts.Preemptive, CordonedNodes: opts.CordonedNodes, CordonGracePeriod: opts.CordonGracePeriod,
+			RestoreOnNode: opts.Restore == string(options.RestoreNode), Evict: opts.Evict,
+			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration,
+		},
+		opts: opts, log: log, clients: clients, recorder: recorder, metrics: m, clock: clock.RealClock{},
+		nsSelector: nsSel, poolSelector: poolSel,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[key](),
+			workqueue.TypedRateLimitingQueueConfig[key]{Name: "drain_guardian", MetricsProvider: m.NewWorkqueueProvider()},
+		),
+		state: newState(m),
+	}
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(clients.Dynamic, opts.ResyncPeriod)
+
+	nodeInf := c.kubeFactory.Core().V1().Nodes()
+	podInf := c.kubeFactory.Core().V1().Pods()
+	pdbInf := c.kubeFactory.Policy().V1().PodDisruptionBudgets()
+	nsInf := c.kubeFactory.Core().V1().Namespaces()
+	rsInf := c.kubeFactory.Apps().V1().ReplicaSets()
+	depInf := c.kubeFactory.Apps().V1().Deployments()
+	ssInf := c.kubeFactory.Apps().V1().StatefulSets()
+	hpaInf := c.kubeFactory.Autoscaling().V2().HorizontalPodAutoscalers()
+	if err := podInf.Informer().AddIndexers(cache.Indexers{nodeNameIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.nodes, c.pods, c.podIndexer = nodeInf.Lister(), podInf.Lister(), podInf.Informer().GetIndexer()
+	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
+	c.kserve = newKServeAPIs(c)
+	c.store = &workload.Store{
+		ReplicaSets: rsInf.Lister(), Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
+		KServe: c.kserve.lister, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
+	}
+
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{nodeInf.Informer(), c.handler(c.onNode)},
+		{podInf.Informer(), c.handler(c.onPod)},
+		{pdbInf.Informer(), c.handler(func(any) { c.enqueueWatchedNodes() })},
+		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
+		{ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))},
+		{hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))},
+		{nsInf.Informer(), nil},
+		{rsInf.Informer(), nil},
+	}
+	for _, h := range handlers {
+		if h.h != nil {
+			if _, err := h.inf.AddEventHandler(h.h); err != nil {
+				return nil, err
+			}
+		}
+		c.synced = append(c.synced, h.inf.HasSynced)
+	}
+
+	if served, err := servesResource(clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools"); err != nil {
+		return nil, fmt.Errorf("discovering MachineConfigPools: %w", err)
+	} else if served && clients.MCO != nil {
+		c.mcoFactory = mcfginformers.NewSharedInformerFactoryWithOptions(clients.MCO, opts.ResyncPeriod, mcfginformers.WithTransform(stripManagedFields))
+		poolInf := c.mcoFactory.Machineconfiguration().V1().MachineConfigPools()
+		c.pools = poolInf.Lister()
+		if _, err := poolInf.Informer().AddEventHandler(c.handler(c.onPool)); err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, poolInf.Informer().HasSynced)
+	} else {
+		log.Warn("MachineConfigPools are not served by this cluster: MCO drain detection is off; only --cordoned-nodes can trigger surges",
+			zap.Bool("cordonedNodes", opts.CordonedNodes))
+	}
+	return c, nil
+}
+
+// servesResource reports whether the API server serves resource in groupVersion.
+func servesResource(d discovery.DiscoveryInterface, groupVersion, resource string) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersion(groupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// stripManagedFields drops managedFields from cached objects: the guardian never reads them and they
+// are a large share of each object's memory.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Start starts the informers and waits for their caches; it returns an error if ctx ends first. It runs
+// on every replica, leader or not, so that a new leader acts on a warm cache.
+func (c *Controller) Start(ctx context.Context) error {
+	c.kubeFactory.Start(ctx.Done())
+	if c.mcoFactory != nil {
+		c.mcoFactory.Start(ctx.Done())
+	}
+	if err := c.kserve.discover(ctx); err != nil {
+		c.log.Warn("KServe discovery failed; retrying in the background", zap.Error(err))
+	}
+	c.log.Info("waiting for informer caches to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("informer caches did not sync: %w", ctx.Err())
+	}
+	c.kserve.waitForSync(ctx)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := c.kserve.discover(ctx); err != nil {
+			c.log.Debug("KServe discovery failed", zap.Error(err))
+		}
+	}, kserveDiscoveryPeriod)
+	c.ready.Store(true)
+	c.log.Info("informer caches synced")
+	return nil
+}
+
+// Ready reports whether the caches have synced.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+// Run processes the queue with the configured number of workers until ctx ends. Call it only while
+// leading, after Start returned.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	// Every node and every object carrying a surge record is looked at once: this resumes or restores
+	// the surges a previous leader left.
+	c.enqueueAll()
+	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
+	var wg sync.WaitGroup
+	for i := 0; i < c.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.worker, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	k, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(k)
+	var after time.Duration
+	var err error
+	if k.Node != "" {
+		after, err = c.syncNode(ctx, k.Node)
+	} else {
+		after, err = c.syncWorkload(ctx, k.Workload)
+	}
+	switch {
+	case err != nil:
+		c.log.Info("sync failed, retrying", zap.Stringer("key", k), zap.Error(err), zap.Int("retries", c.queue.NumRequeues(k)))
+		c.queue.AddRateLimited(k)
+	case after > 0:
+		c.queue.Forget(k)
+		c.queue.AddAfter(k, after)
+	default:
+		c.queue.Forget(k)
+	}
+	return true
+}
+
+func (c *Controller) enqueueNode(name string) { c.queue.Add(key{Node: name}) }
+
+func (c *Controller) enqueueWorkload(ref workload.Ref) { c.queue.Add(key{Workload: ref}) }
+
+// enqueueAll queues every node and every tracked surge.
+func (c *Controller) enqueueAll() {
+	nodes, _ := c.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		c.enqueueNode(n.Name)
+	}
+	for _, s := range c.state.surges() {
+		c.enqueueWorkload(s.ref)
+	}
+}
+
+// handler adapts one callback to informer events, unwrapping deletion tombstones.
+func (c *Controller) handler(f func(obj any)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    f,
+		UpdateFunc: func(_, obj any) { f(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			f(obj)
+		},
+	}
+}

@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Event reasons, one per transition of a stall's life.
+const (
+	ReasonStallDetected       = "StallDetected"
+	ReasonStallPredicted      = "StallPredicted"
+	ReasonNoCapacity          = "NoCapacity"
+	ReasonUnsatisfiablePDB    = "UnsatisfiablePDB"
+	ReasonUnsupportedOwner    = "UnsupportedOwner"
+	ReasonSurgeStarted        = "SurgeStarted"
+	ReasonReplacementReady    = "ReplacementReady"
+	ReasonPodEvicted          = "PodEvicted"
+	ReasonStallResolved       = "StallResolved"
+	ReasonSurgeRestored       = "SurgeRestored"
+	ReasonSurgeFailed         = "SurgeFailed"
+	ReasonSurgeExpired        = "SurgeExpired"
+	ReasonExternalChange      = "ExternalChange"
+	ReasonMalformedRecord     = "MalformedSurgeRecord"
+	ReasonDryRun              = "DryRun"
+	ReasonSurgeDeferred       = "SurgeDeferred"
+	ReasonWorkloadDeleted     = "WorkloadDeleted"
+	actionDetect, actionSurge = "Detect", "Surge"
+	actionEvict, actionReport = "Evict", "Report"
+	actionRestore             = "Restore"
+)
+
+// event records a Kubernetes Event on regarding and logs it, so that logs and Events tell one story.
+func (c *Controller) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	c.recorder.Eventf(regarding, nil, eventType, reason, action, "%s", note)
+	level := c.log.Info
+	if eventType == corev1.EventTypeWarning {
+		level = c.log.Warn
+	}
+	level(note, zap.String("reason", reason), zap.String("regarding", describe(regarding)))
+}
+
+func describe(obj runtime.Object) string {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		return fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
+	}
+	if m, ok := obj.(interface{ GetNamespace() string; GetName() string }); ok {
+		return fmt.Sprintf("%T %s/%s", obj, m.GetNamespace(), m.GetName())
+	}
+	return fmt.Sprintf("%T", obj)
+}

@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// kserveDiscoveryPeriod is how often the guardian looks for KServe APIs installed after it started.
+const kserveDiscoveryPeriod = time.Minute
+
+// kserveVersions lists, per kind, the versions to watch in order of preference: LLMInferenceService is
+// v1alpha1 up to OpenShift AI 3.3 and stored as v1alpha2 from 3.4; owners are matched by group and kind,
+// so any served version will do.
+var kserveVersions = []struct {
+	kind     workload.Kind
+	resource string
+	versions []string
+}{
+	{workload.KindInferenceService, "inferenceservices", []string{"v1beta1"}},
+	{workload.KindLLMInferenceService, "llminferenceservices", []string{"v1alpha2", "v1alpha1"}},
+}
+
+type kserveAPI struct {
+	gvr schema.GroupVersionResource
+	inf cache.SharedIndexInformer
+}
+
+// kserveAPIs tracks which KServe kinds the cluster serves and their dynamic informers. Clusters
+// without KServe simply have none.
+type kserveAPIs struct {
+	c        *Controller
+	mu       sync.RWMutex
+	apis     map[workload.Kind]*kserveAPI
+	v1alpha2 bool
+}
+
+func newKServeAPIs(c *Controller) *kserveAPIs {
+	return &kserveAPIs{c: c, apis: map[workload.Kind]*kserveAPI{}}
+}
+
+// lister implements workload.KServeLister: a kind is usable once its informer has synced.
+func (k *kserveAPIs) lister(kind workload.Kind) (cache.GenericLister, schema.GroupVersionResource, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	api, ok := k.apis[kind]
+	if !ok || !api.inf.HasSynced() {
+		return nil, schema.GroupVersionResource{}, false
+	}
+	return cache.NewGenericLister(api.inf.GetIndexer(), api.gvr.GroupResource()), api.gvr, true
+}
+
+// nilKeepsCount reports whether an absent LLMInferenceService replica field keeps the Deployment's count.
+func (k *kserveAPIs) nilKeepsCount() bool {
+	switch options.LLMNilSemantics(k.c.opts.LLMNilSemantics) {
+	case options.LLMNilKeep:
+		return true
+	case options.LLMNilOne:
+		return false
+	}
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.v1alpha2
+}
+
+// discover starts an informer for every KServe kind the cluster newly serves.
+func (k *kserveAPIs) discover(ctx context.Context) error {
+	for _, kv := range kserveVersions {
+		k.mu.RLock()
+		_, known := k.apis[kv.kind]
+		k.mu.RUnlock()
+		for _, v := range kv.versions {
+			gv := schema.GroupVersion{Group: workload.KServeGroup, Version: v}
+			list, err := k.c.clients.Discovery.ServerResourcesForGroupVersion(gv.String())
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			served := false
+			for _, r := range list.APIResources {
+				served = served || r.Name == kv.resource
+			}
+			if !served {
+				continue
+			}
+			if kv.kind == workload.KindLLMInferenceService && v == "v1alpha2" {
+				k.mu.Lock()
+				k.v1alpha2 = true
+				k.mu.Unlock()
+			}
+			if !known {
+				k.start(ctx, kv.kind, gv.WithResource(kv.resource))
+			}
+			break
+		}
+	}
+	return nil
+}
+
+func (k *kserveAPIs) start(ctx context.Context, kind workload.Kind, gvr schema.GroupVersionResource) {
+	inf := k.c.dynamicFactory.ForResource(gvr).Informer()
+	_ = inf.SetTransform(stripManagedFields)
+	if _, err := inf.AddEventHandler(k.c.handler(k.c.onScalable(kind))); err != nil {
+		k.c.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
+		return
+	}
+	api := &kserveAPI{gvr: gvr, inf: inf}
+	k.mu.Lock()
+	k.apis[kind] = api
+	k.mu.Unlock()
+	k.c.dynamicFactory.Start(ctx.Done())
+	k.c.log.Info("watching KServe kind", zap.String("kind", string(kind)), zap.String("version", gvr.Version))
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			// Pods blocked before the kind was known were reported as unsupported: look again.
+			k.c.enqueueWatchedNodes()
+		}
+	}()
+}
+
+// waitForSync waits for the informers found at start-up, so that surges on KServe objects resume.
+func (k *kserveAPIs) waitForSync(ctx context.Context) {
+	k.mu.RLock()
+	var synced []cache.InformerSynced
+	for _, api := range k.apis {
+		synced = append(synced, api.inf.HasSynced)
+	}
+	k.mu.RUnlock()
+	cache.WaitForCacheSync(ctx.Done(), synced...)
+}

@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// deferRetry is how soon a stall that could not be surged yet (capacity, concurrency) is looked at again.
+const deferRetry = 30 * time.Second
+
+// syncNode finds the pods a PDB keeps on a node that is being (or is about to be) drained, and starts a
+// surge for each blocked workload that has none.
+func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.state.setNode(name, nil)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	pool := c.poolFor(node)
+	if pool != nil && !c.poolSelector.Matches(labels.Set(pool.Labels)) {
+		c.state.setNode(name, nil)
+		return 0, nil
+	}
+	now := c.clock.Now()
+	var seen time.Time
+	if node.Spec.Unschedulable {
+		seen = c.state.firstCordonSeen(name, now)
+	}
+	drain := guardian.NodeTrigger(c.cfg, node, pool, now, seen)
+	if drain.Trigger == "" {
+		c.state.setNode(name, nil)
+		if node.Spec.Unschedulable {
+			c.state.firstCordonSeen(name, now)
+		}
+		return drain.RecheckAfter, nil
+	}
+	stats := &nodeStats{unresolvable: map[string]int{}}
+	if pool != nil {
+		stats.pool = pool.Name
+	}
+	pods, err := c.podIndexer.ByIndex(nodeNameIndex, name)
+	if err != nil {
+		return 0, err
+	}
+	var live []*corev1.Pod
+	for _, o := range pods {
+		if p, ok := o.(*corev1.Pod); ok {
+			live = append(live, p)
+		}
+	}
+	pdbs, err := c.pdbs.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	var after time.Duration
+	var errs []error
+	for _, b := range blocking.Find(live, pdbs) {
+		if !c.inScope(b.Pod.Namespace) {
+			continue
+		}
+		stats.blocked++
+		retry, unresolvable, err := c.handleBlocked(ctx, node, stats.pool, drain, b)
+		if unresolvable != "" {
+			stats.unresolvable[unresolvable]++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if retry > 0 && (after == 0 || retry < after) {
+			after = retry
+		}
+	}
+	c.state.setNode(name, stats)
+	return after, errors.Join(errs...)
+}
+
+// poolFor returns the node's MachineConfigPool, or nil (no pool, or MCO detection off).
+func (c *Controller) poolFor(node *corev1.Node) *mcfgv1.MachineConfigPool {
+	if c.pools == nil {
+		return nil
+	}
+	pools, err := c.pools.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	return mco.PoolForNode(node, pools)
+}
+
+// inScope applies --namespace-selector and the namespace opt-out annotation.
+func (c *Controller) inScope(namespace string) bool {
+	ns, err := c.namespaces.Get(namespace)
+	if err != nil {
+		return false
+	}
+	return c.nsSelector.Matches(labels.Set(ns.Labels)) && !workload.IgnoredByAnnotation(ns.Annotations)
+}
+
+// handleBlocked deals with one blocked pod. It returns when to look again, the reason the pod is
+// unresolvable (for the gauge), and an error to retry with backoff.
+func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool string, drain guardian.NodeDrain, b blocking.Blocked) (time.Duration, string, error) {
+	pod := b.Pod
+	log := c.log.With(zap.String("node", node.Name), zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("pdb", b.PDB.Name))
+	onceKey := func(reason string) string { return fmt.Sprintf("%s/%s/%s/%s", reason, pod.UID, node.Name, drain.Drain) }
+
+	target, err := c.store.Resolve(pod)
+	var unsup *workload.UnsupportedError
+	if errors.As(err, &unsup) {
+		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
+			c.event(pod, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
+				"Pod blocks the drain of node %s (PDB %s allows no disruption) and cannot be surged: %s", node.Name, b.PDB.Name, unsup.Detail)
+			c.metrics.StallsFailed.WithLabelValues(pool, "Pod", guardian.ReasonUnsupported).Inc()
+		}
+		return 0, guardian.ReasonUnsupported, nil
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	obj, err := c.store.Get(target.Ref)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading %s: %w", target.Ref, err)
+	}
+	owner, err := c.store.PodOwner(target.PodOwner)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading %s: %w", target.PodOwner, err)
+	}
+	if obj.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
+		log.Debug("workload opted out", zap.Stringer("workload", target.Ref))
+		return 0, "", nil
+	}
+	rec, err := obj.Record()
+	if err != nil {
+		c.reportMalformed(obj, err)
+		return 0, "", nil
+	}
+	if rec != nil {
+		// A surge is under way for this workload: it covers this node too.
+		c.enqueueWorkload(obj.Ref)
+		return 0, "", nil
+	}
+	if f := obj.Failure(); f != nil && f.Node == node.Name && f.Drain == drain.Drain {
+		// This very stall was surged before and the surge failed; it was reported then.
+		return 0, f.Reason, nil
+	}
+	kind := string(target.Ref.Kind)
+	ref := obj.ObjectReference()
+	delta, why := blocking.SurgeNeeded(b.PDB)
+	if why != "" {
+		if c.state.once(node.Name, onceKey(ReasonUnsatisfiablePDB)) {
+			c.event(ref, corev1.EventTypeWarning, ReasonUnsatisfiablePDB, actionReport,
+				"PDB %s blocks the drain of node %s and no surge can satisfy it (%s): pod %s stays; fix the PDB or move the pod by hand",
+				b.PDB.Name, node.Name, describePDB(b.PDB, why), pod.Name)
+			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonUnsatisfiable).Inc()
+		}
+		return 0, guardian.ReasonUnsatisfiable, nil
+	}
+	fields, err := workload.PlanSurge(obj, target.Component, owner.Replicas, delta, c.kserve.nilKeepsCount())
+	if errors.As(err, &unsup) {
+		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
+			c.event(ref, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
+				"Pod %s blocks the drain of node %s and is not surged: %s", pod.Name, node.Name, unsup.Detail)
+			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonUnsupported).Inc()
+		}
+		return 0, guardian.ReasonUnsupported, nil
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	if fit, ok := blocking.FitsElsewhere(pod, c.candidates()); !ok {
+		if c.state.once(node.Name, onceKey(ReasonNoCapacity)) {
+			c.event(ref, corev1.EventTypeWarning, ReasonNoCapacity, actionReport,
+				"Pod %s blocks the drain of node %s, but no other schedulable node can fit a replacement (requests, taints, affinity): not surging",
+				pod.Name, node.Name)
+			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonNoCapacity).Inc()
+		}
+		return deferRetry, guardian.ReasonNoCapacity, nil
+	} else {
+		log.Debug("replacement fits", zap.String("candidate", fit))
+	}
+
+	c.surgeMu.Lock()
+	defer c.surgeMu.Unlock()
+	if active := len(c.state.surges()); active >= c.opts.MaxConcurrentSurge {
+		if c.state.once(node.Name, onceKey(ReasonSurgeDeferred)) {
+			c.event(ref, corev1.EventTypeNormal, ReasonSurgeDeferred, actionSurge,
+				"Pod %s blocks the drain of node %s; %d surges are active (--max-concurrent-surges=%d): waiting",
+				pod.Name, node.Name, active, c.opts.MaxConcurrentSurge)
+		}
+		return deferRetry, "", nil
+	}
+	pods, err := c.pods.Pods(pod.Namespace).List(owner.Selector)
+	if err != nil {
+		return 0, "", err
+	}
+	now := metav1.NewTime(c.clock.Now())
+	rec = &workload.Record{
+		Version: workload.RecordVersion, Fields: fields, PodOwner: target.PodOwner, Node: node.Name, Pool: pool,
+		Trigger: string(drain.Trigger), Drain: drain.Drain, BlockedPod: pod.Name, PDB: b.PDB.Name,
+		Delta: delta, ReadyBefore: readyElsewhere(pods, node.Name), StartTime: now,
+	}
+	detected, verb := ReasonStallDetected, "blocks the drain of"
+	if drain.Trigger == guardian.TriggerMCOTargeted {
+		detected, verb = ReasonStallPredicted, "would block the coming drain of"
+	}
+	change := describeFields(fields)
+	if c.opts.DryRun {
+		if c.state.once(node.Name, onceKey(ReasonDryRun)) {
+			c.event(ref, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
+				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, verb, node.Name, b.PDB.Name, change)
+			c.metrics.StallsDetected.WithLabelValues(pool, kind, string(drain.Trigger)).Inc()
+		}
+		return 0, "", nil
+	}
+	if err := c.store.Patch(ctx, target.Ref, workload.SurgePatch(obj, rec)); err != nil {
+		return 0, "", fmt.Errorf("surging %s: %w", target.Ref, err)
+	}
+	c.metrics.StallsDetected.WithLabelValues(pool, kind, string(drain.Trigger)).Inc()
+	c.event(ref, corev1.EventTypeNormal, detected, actionDetect,
+		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, b.PDB.Name)
+	c.event(ref, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
+		"Surging %s so that a replacement runs elsewhere before node %s drains", change, node.Name)
+	c.state.track(trackedSurge{ref: obj.Ref, node: node.Name, pool: pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
+	c.enqueueWorkload(obj.Ref)
+	return 0, "", nil
+}
+
+// candidates lists every node with its pods, for the capacity check.
+func (c *Controller) candidates() []blocking.Candidate {
+	nodes, _ := c.nodes.List(labels.Everything())
+	out := make([]blocking.Candidate, 0, len(nodes))
+	for _, n := range nodes {
+		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n.Name)
+		cand := blocking.Candidate{Node: n}
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				cand.Pods = append(cand.Pods, p)
+			}
+		}
+		out = append(out, cand)
+	}
+	return out
+}
+
+// readyElsewhere counts Ready pods, not being deleted, off the given node.
+func readyElsewhere(pods []*corev1.Pod, node string) int32 {
+	var n int32
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil && blocking.PodReady(p) {
+			n++
+		}
+	}
+	return n
+}
+
+func describeFields(fields []workload.Field) string {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		from := "unset"
+		if f.Original != nil {
+			from = fmt.Sprint(*f.Original)
+		}
+		parts = append(parts, fmt.Sprintf("%s from %s to %d", fieldName(f.Path), from, f.Set))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fieldName turns a JSON pointer into the dotted form people write.
+func fieldName(pointer string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(pointer, "/"), "/", ".")
+}
+
+func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
+	switch why {
+	case blocking.ReasonMaxUnavailable:
+		return fmt.Sprintf("maxUnavailable %s: added replicas raise the expected count too", pdb.Spec.MaxUnavailable.String())
+	case blocking.ReasonFullMinAvailable:
+		return fmt.Sprintf("minAvailable %s requires every replica", pdb.Spec.MinAvailable.String())
+	}
+	return fmt.Sprintf("more than %d replicas would be needed", blocking.MaxSurge)
+}
+
+// reportMalformed reports an unreadable surge record once per version of the object and leaves it alone.
+func (c *Controller) reportMalformed(obj *workload.Object, err error) {
+	if c.state.once("", fmt.Sprintf("%s/%s/%s", ReasonMalformedRecord, obj.Ref.UID, obj.Meta.GetResourceVersion())) {
+		c.event(obj.ObjectReference(), corev1.EventTypeWarning, ReasonMalformedRecord, actionReport,
+			"Annotation %s cannot be read (%v): the guardian leaves this object alone; fix or remove the annotation",
+			workload.RecordAnnotation, err)
+	}
+}
