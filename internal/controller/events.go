@@ -47,7 +47,10 @@ func describe(obj runtime.Object) string {
 	if ref, ok := obj.(*corev1.ObjectReference); ok {
 		return fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
 	}
-	if m, ok := obj.(interface{ GetNamespace() string; GetName() string }); ok {
+	if m, ok := obj.(interface {
+		GetNamespace() string
+		GetName() string
+	}); ok {
 		return fmt.Sprintf("%T %s/%s", obj, m.GetNamespace(), m.GetName())
 	}
 	return fmt.Sprintf("%T", obj)

@@ -269,7 +269,7 @@ func describeRestore(rec *workload.Record) string {
 }
 
 // steerScaleDown sets a low pod-deletion-cost on the surplus pods that sit on nodes still to update
-// (the record's node first), so that the ReplicaSet removes those when the count goes back down.
+// so that the ReplicaSet removes those when the count goes back down.
 func (c *Controller) steerScaleDown(ctx context.Context, rec *workload.Record, pods []*corev1.Pod) error {
 	var live []*corev1.Pod
 	for _, p := range pods {
@@ -282,9 +282,11 @@ func (c *Controller) steerScaleDown(ctx context.Context, rec *workload.Record, p
 	if len(live) <= surplus {
 		return nil
 	}
+	// Unscheduled pods go first, then pods on nodes that still have to update, never those on updated nodes.
 	rank := func(p *corev1.Pod) int {
-		switch n, err := c.nodes.Get(p.Spec.NodeName); {
-		case p.Spec.NodeName == "" || p.Spec.NodeName == rec.Node || err != nil:
+		n, err := c.nodes.Get(p.Spec.NodeName)
+		switch {
+		case p.Spec.NodeName == "" || err != nil:
 			return 0
 		case n.Spec.Unschedulable || mco.ReadNode(n).Targeted() || hasUpdateTaint(n):
 			return 1
