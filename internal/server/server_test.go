@@ -1,0 +1,101 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// fakeAuth authenticates the token "good" and "other", and allows only "good" to get /metrics.
+func fakeAuth() *fake.Clientset {
+	c := fake.NewClientset()
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		tr.Status.Authenticated = tr.Spec.Token == "good" || tr.Spec.Token == "other"
+		tr.Status.User.Username = tr.Spec.Token
+		return true, tr, nil
+	})
+	c.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		na := sar.Spec.NonResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == "good" && na != nil && na.Path == MetricsPath && na.Verb == "get"
+		return true, sar, nil
+	})
+	return c
+}
+
+func TestMetricsRequireAnAuthorizedToken(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "drain_guardian_leader", Help: "x"})
+	reg.MustRegister(g)
+	client := fakeAuth()
+	h := Metrics(reg, client, zap.NewNop())
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer bad", http.StatusUnauthorized},
+		{"Bearer other", http.StatusForbidden},
+		{"Bearer good", http.StatusOK},
+		{"Bearer good", http.StatusOK},
+	} {
+		req := httptest.NewRequest(http.MethodGet, MetricsPath, nil)
+		if tc.header != "" {
+			req.Header.Set("Authorization", tc.header)
+		}
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, req)
+		if rr.Code != tc.want {
+			t.Fatalf("%q: status %d, want %d", tc.header, rr.Code, tc.want)
+		}
+		if tc.want == http.StatusOK && !strings.Contains(rr.Body.String(), "drain_guardian_leader") {
+			t.Fatalf("metrics body lacks the registry's metrics: %s", rr.Body.String())
+		}
+	}
+	reviews := 0
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "tokenreviews" {
+			reviews++
+		}
+	}
+	if reviews != 3 {
+		t.Fatalf("%d TokenReviews for 3 distinct tokens: answers must be cached", reviews)
+	}
+}
+
+func TestReadyzFollowsCacheSync(t *testing.T) {
+	ready := false
+	h := Health(func() bool { return ready })
+	get := func(path string) int {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		return rr.Code
+	}
+	if get("/healthz") != http.StatusOK || get("/readyz") != http.StatusServiceUnavailable {
+		t.Fatal("before sync: healthz must be ok and readyz unavailable")
+	}
+	ready = true
+	if get("/readyz") != http.StatusOK {
+		t.Fatal("readyz not ok after sync")
+	}
+}
+
+func TestSelfSignedTLSConfig(t *testing.T) {
+	cfg, err := TLSConfig("", "drain-guardian")
+	if err != nil || len(cfg.Certificates) != 1 {
+		t.Fatalf("self-signed config: %v", err)
+	}
+	if _, err := TLSConfig(t.TempDir(), "x"); err == nil || !strings.Contains(err.Error(), "--metrics-cert-dir") {
+		t.Fatalf("an empty cert dir must be an error naming the flag, got %v", err)
+	}
+}
