@@ -1,0 +1,252 @@
+package mcosim
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func drainAnnotations(desired, lastApplied string) nodeOpt {
+	return func(n *corev1.Node) {
+		if desired != "" {
+			n.Annotations[DesiredDrainAnnotation] = desired
+		}
+		if lastApplied != "" {
+			n.Annotations[LastAppliedDrainAnnotation] = lastApplied
+		}
+	}
+}
+
+func TestDecideDaemon(t *testing.T) {
+	const old, next = "rendered-old", "rendered-new"
+	drainNext, uncordonNext, uncordonOld := DrainRequest(next), UncordonRequest(next), UncordonRequest(old)
+	tests := []struct {
+		name         string
+		node         *corev1.Node
+		reboot       rebootProgress
+		drainExpired bool
+		wantPhase    daemonPhase
+		wantPatch    map[string]string
+	}{
+		{
+			name:      "up to date",
+			node:      testNode("a", done(old), drainAnnotations(uncordonOld, uncordonOld)),
+			wantPhase: daemonIdle,
+		},
+		{
+			name:      "unmanaged node",
+			node:      testNode("a"),
+			wantPhase: daemonIdle,
+		},
+		{
+			name:      "unreconcilable node is left alone",
+			node:      testNode("a", at(old, next, StateUnreconcilable)),
+			wantPhase: daemonIdle,
+		},
+		{
+			name:      "targeted: start working",
+			node:      testNode("a", at(old, next, StateDone)),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{StateAnnotation: StateWorking, ReasonAnnotation: ""},
+		},
+		{
+			name:      "working: request the drain",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(uncordonOld, uncordonOld)),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{DesiredDrainAnnotation: drainNext},
+		},
+		{
+			name:      "drain requested, not done: wait",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(drainNext, uncordonOld)),
+			wantPhase: daemonWaitDrain,
+		},
+		{
+			name:         "drain not done in time: Degraded with the MCO's reason",
+			node:         testNode("a", at(old, next, StateWorking), drainAnnotations(drainNext, uncordonOld)),
+			drainExpired: true,
+			wantPhase:    daemonPatch,
+			wantPatch:    map[string]string{StateAnnotation: StateDegraded, ReasonAnnotation: drainTimeoutReason("a")},
+		},
+		{
+			name:         "already Degraded: keep waiting",
+			node:         testNode("a", at(old, next, StateDegraded), drainAnnotations(drainNext, uncordonOld)),
+			drainExpired: true,
+			wantPhase:    daemonWaitDrain,
+		},
+		{
+			name:      "drain completes after Degraded: back to Working",
+			node:      testNode("a", at(old, next, StateDegraded), drainAnnotations(drainNext, drainNext)),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{StateAnnotation: StateWorking, ReasonAnnotation: ""},
+		},
+		{
+			name:      "drained: reboot",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(drainNext, drainNext)),
+			wantPhase: daemonStartReboot,
+		},
+		{
+			name:      "rebooting",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(drainNext, drainNext)),
+			reboot:    rebootInProgress,
+			wantPhase: daemonRebooting,
+		},
+		{
+			name:      "rebooted: request the uncordon, currentConfig unchanged",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(drainNext, drainNext)),
+			reboot:    rebootFinished,
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{DesiredDrainAnnotation: uncordonNext},
+		},
+		{
+			name:      "uncordon requested: wait, even without memory of the reboot",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(uncordonNext, drainNext)),
+			wantPhase: daemonWaitUncordon,
+		},
+		{
+			name:      "uncordoned: done",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(uncordonNext, uncordonNext)),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{CurrentConfigAnnotation: next, StateAnnotation: StateDone, ReasonAnnotation: ""},
+		},
+		{
+			name:      "retargeted back to the current config while cordoned: uncordon and finish",
+			node:      testNode("a", at(old, old, StateWorking), drainAnnotations(DrainRequest("rendered-other"), DrainRequest("rendered-other"))),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{DesiredDrainAnnotation: uncordonOld},
+		},
+		{
+			name:      "retargeted while waiting for a drain: request the drain for the new target",
+			node:      testNode("a", at(old, next, StateWorking), drainAnnotations(DrainRequest("rendered-other"), uncordonOld)),
+			wantPhase: daemonPatch,
+			wantPatch: map[string]string{DesiredDrainAnnotation: drainNext},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := decideDaemon(tt.node, tt.reboot, tt.drainExpired)
+			if got.phase != tt.wantPhase {
+				t.Fatalf("phase = %v, want %v (%s)", got.phase, tt.wantPhase, got.message)
+			}
+			if !reflect.DeepEqual(got.patch, tt.wantPatch) {
+				t.Errorf("patch = %v, want %v", got.patch, tt.wantPatch)
+			}
+		})
+	}
+}
+
+// TestDaemonSequence walks one node through a whole update by applying each
+// decision, standing in for the drain controller, and checks the order of the
+// protocol's observable steps.
+func TestDaemonSequence(t *testing.T) {
+	const old, next = "rendered-old", "rendered-new"
+	node := testNode("a", done(old))
+	node.Annotations[DesiredConfigAnnotation] = next
+	reboot := rebootNotStarted
+	var steps []string
+	for i := 0; i < 20; i++ {
+		d := decideDaemon(node, reboot, false)
+		switch d.phase {
+		case daemonIdle:
+			want := []string{
+				"state=Working", "desiredDrain=" + DrainRequest(next), "drained", "reboot", "rebooted",
+				"desiredDrain=" + UncordonRequest(next), "uncordoned", "currentConfig=" + next + ",state=Done",
+			}
+			if !reflect.DeepEqual(steps, want) {
+				t.Fatalf("steps =\n%v\nwant\n%v", steps, want)
+			}
+			if !NodeUpdatedTo(node, next) {
+				t.Fatalf("node not updated at the end: %v", node.Annotations)
+			}
+			return
+		case daemonPatch:
+			for k, v := range d.patch {
+				node.Annotations[k] = v
+			}
+			switch {
+			case d.patch[CurrentConfigAnnotation] != "":
+				steps = append(steps, "currentConfig="+d.patch[CurrentConfigAnnotation]+",state="+d.patch[StateAnnotation])
+			case d.patch[DesiredDrainAnnotation] != "":
+				steps = append(steps, "desiredDrain="+d.patch[DesiredDrainAnnotation])
+			default:
+				steps = append(steps, "state="+d.patch[StateAnnotation])
+			}
+		case daemonWaitDrain:
+			node.Annotations[LastAppliedDrainAnnotation] = node.Annotations[DesiredDrainAnnotation]
+			steps = append(steps, "drained")
+		case daemonWaitUncordon:
+			node.Annotations[LastAppliedDrainAnnotation] = node.Annotations[DesiredDrainAnnotation]
+			steps = append(steps, "uncordoned")
+		case daemonStartReboot:
+			reboot = rebootInProgress
+			steps = append(steps, "reboot")
+		case daemonRebooting:
+			reboot = rebootFinished
+			steps = append(steps, "rebooted")
+		}
+	}
+	t.Fatalf("no Done after 20 steps: %v", steps)
+}
+
+func TestScaledTimings(t *testing.T) {
+	mco := RealTimings()
+	if mco.UpdateDelay != 5*time.Second || mco.DrainHelperTimeout != 90*time.Second ||
+		mco.DrainRequeueDelay != time.Minute || mco.DrainRequeueFailingThreshold != 10*time.Minute ||
+		mco.DrainRequeueFailingDelay != 5*time.Minute || mco.DrainTimeout != time.Hour ||
+		mco.DaemonDrainTimeout != time.Hour || mco.Reboot != time.Minute {
+		t.Errorf("RealTimings differ from the MCO's: %+v", mco)
+	}
+	same, err := ScaledTimings(1)
+	if err != nil || !reflect.DeepEqual(same, mco) {
+		t.Errorf("ScaledTimings(1) = %+v, %v; want RealTimings", same, err)
+	}
+	fast, err := ScaledTimings(0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast.UpdateDelay != 250*time.Millisecond || fast.DrainHelperTimeout != 4500*time.Millisecond ||
+		fast.DrainRequeueDelay != 3*time.Second || fast.DrainRequeueFailingThreshold != 30*time.Second ||
+		fast.DrainRequeueFailingDelay != 15*time.Second || fast.DrainTimeout != 3*time.Minute ||
+		fast.Reboot != 3*time.Second || fast.CordonBackoff.Duration != 500*time.Millisecond {
+		t.Errorf("ScaledTimings(0.05) = %+v", fast)
+	}
+	tiny, err := ScaledTimings(1e-12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tiny.DrainHelperTimeout <= 0 || tiny.UpdateDelay <= 0 {
+		t.Errorf("tiny scale gave a non-positive delay: %+v (a zero drain timeout means none)", tiny)
+	}
+	for _, bad := range []float64{0, -1} {
+		if _, err := ScaledTimings(bad); err == nil {
+			t.Errorf("ScaledTimings(%v) accepted", bad)
+		}
+	}
+}
+
+func TestDrainRetrySchedule(t *testing.T) {
+	timing := RealTimings()
+	tests := []struct {
+		failingFor    time.Duration
+		wantAfter     time.Duration
+		wantThreshold bool
+		wantTimedOut  bool
+	}{
+		{failingFor: 0, wantAfter: time.Minute},
+		{failingFor: 9 * time.Minute, wantAfter: time.Minute},
+		{failingFor: 10 * time.Minute, wantAfter: time.Minute},
+		{failingFor: 10*time.Minute + time.Second, wantAfter: 5 * time.Minute, wantThreshold: true},
+		{failingFor: time.Hour, wantAfter: 5 * time.Minute, wantThreshold: true},
+		{failingFor: time.Hour + time.Second, wantAfter: 5 * time.Minute, wantThreshold: true, wantTimedOut: true},
+	}
+	for _, tt := range tests {
+		got := nextDrainRetry(tt.failingFor, timing)
+		if got.after != tt.wantAfter || got.thresholdExceeded != tt.wantThreshold {
+			t.Errorf("nextDrainRetry(%v) = %+v, want after %v threshold %v", tt.failingFor, got, tt.wantAfter, tt.wantThreshold)
+		}
+		if got := drainTimedOut(tt.failingFor, timing); got != tt.wantTimedOut {
+			t.Errorf("drainTimedOut(%v) = %v, want %v", tt.failingFor, got, tt.wantTimedOut)
+		}
+	}
+}
