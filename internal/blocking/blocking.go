@@ -101,16 +101,31 @@ func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 }
 
 // Find returns the pods whose eviction a PDB refuses, with the first such PDB. pdbs lists the PDBs of
-// the pods' namespaces.
+// the pods' namespaces. Each PDB's selector is parsed once per call, whatever the number of pods.
 func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
+	type compiled struct {
+		pdb *policyv1.PodDisruptionBudget
+		sel labels.Selector
+	}
+	byNamespace := map[string][]compiled{}
+	for _, pdb := range pdbs {
+		if pdb.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		byNamespace[pdb.Namespace] = append(byNamespace[pdb.Namespace], compiled{pdb, sel})
+	}
 	var out []Blocked
 	for _, pod := range pods {
 		if Skip(pod) {
 			continue
 		}
-		for _, pdb := range pdbs {
-			if Selects(pdb, pod) && blocks(pdb, pod) {
-				out = append(out, Blocked{Pod: pod, PDB: pdb})
+		for _, c := range byNamespace[pod.Namespace] {
+			if c.sel.Matches(labels.Set(pod.Labels)) && blocks(c.pdb, pod) {
+				out = append(out, Blocked{Pod: pod, PDB: c.pdb})
 				break
 			}
 		}

@@ -67,9 +67,18 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 			live = append(live, p)
 		}
 	}
-	pdbs, err := c.pdbs.List(labels.Everything())
-	if err != nil {
-		return 0, err
+	var pdbs []*policyv1.PodDisruptionBudget
+	namespaces := map[string]bool{}
+	for _, p := range live {
+		if namespaces[p.Namespace] {
+			continue
+		}
+		namespaces[p.Namespace] = true
+		nsPDBs, err := c.pdbs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
+		if err != nil {
+			return 0, err
+		}
+		pdbs = append(pdbs, nsPDBs...)
 	}
 	var after time.Duration
 	var errs []error
