@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/go-logr/logr"
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -208,6 +210,9 @@ func (c *nodeController) sync(ctx context.Context, name string) error {
 			return err
 		}
 	}
+	if err := c.waitForTargetsInCache(ctx, targets, target); err != nil {
+		return err
+	}
 	switch len(targets) {
 	case 0:
 	case 1:
@@ -219,6 +224,32 @@ func (c *nodeController) sync(ctx context.Context, name string) error {
 	}
 	return c.syncStatus(ctx, log, pool, members)
 }
+
+// waitForTargetsInCache waits until the node cache shows the targets' new
+// desiredConfig. Until it does, a following sync would count those nodes as
+// available and could target more nodes than maxUnavailable allows; the MCO's
+// 5 s update delay hides this race, a small time scale does not.
+func (c *nodeController) waitForTargetsInCache(ctx context.Context, targets []*corev1.Node, config string) error {
+	if len(targets) == 0 {
+		return nil
+	}
+	return wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWaitTimeout, true, func(context.Context) (bool, error) {
+		for _, t := range targets {
+			n, err := c.nodes.Get(t.Name)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil || n.Annotations[DesiredConfigAnnotation] != config {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// cacheWaitTimeout bounds waitForTargetsInCache; on timeout the sync fails and
+// is retried.
+const cacheWaitTimeout = 30 * time.Second
 
 // syncStatus writes the pool status computed from members when it changed.
 func (c *nodeController) syncStatus(ctx context.Context, log logr.Logger, pool *mcfgv1.MachineConfigPool, members []*corev1.Node) error {

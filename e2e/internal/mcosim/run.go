@@ -40,7 +40,8 @@ const eventComponent = "machineconfigcontroller-nodecontroller"
 // drain attempt and its outcome, pool status changes) through the logger in
 // ctx (klog.FromContext), and records the MCO's Events in
 // EventNamespace, which it creates if needed. The cluster must serve the
-// MachineConfigPool CRD.
+// MachineConfigPool CRD: Run returns an error at once if it cannot list
+// pools, and nil once ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, timeScale float64) error {
 	timing, err := ScaledTimings(timeScale)
 	if err != nil {
@@ -67,6 +68,15 @@ const (
 
 func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Interface, timing Timings) error {
 	log := klog.FromContext(ctx).WithName("mcosim")
+
+	// Fail early rather than wait forever for a pool informer that cannot
+	// list.
+	probeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := mcfg.MachineconfigurationV1().MachineConfigPools().List(probeCtx, metav1.ListOptions{Limit: 1})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing MachineConfigPools (is the CRD installed?): %w", err)
+	}
 
 	if err := ensureNamespace(ctx, kube, EventNamespace); err != nil {
 		// Events are best-effort; the protocol itself does not need them.
@@ -121,7 +131,8 @@ func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Inte
 	defer kubeInformers.Shutdown()
 	defer mcfgInformers.Shutdown()
 	if !cache.WaitForNamedCacheSync("mcosim", ctx.Done(), nodeInformer.Informer().HasSynced, poolInformer.Informer().HasSynced) {
-		return fmt.Errorf("waiting for informer caches: %w", context.Cause(ctx))
+		// Only a done context stops the wait: that is a normal end.
+		return nil
 	}
 	// Node events seen while the pool cache was still filling may have
 	// missed their pools.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -417,5 +418,26 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.podDeletes != 0 || len(c.evicted) != 1 {
 		t.Errorf("pod deletes %d, evictions %v; want the pod evicted once and never deleted", c.podDeletes, c.evicted)
+	}
+}
+
+// TestRunFailsWithoutThePoolAPI checks that Run reports a cluster without the
+// MachineConfigPool CRD instead of waiting forever, and rejects a bad scale.
+func TestRunFailsWithoutThePoolAPI(t *testing.T) {
+	c := newFakeCluster(t, func(int) error { return nil }, nil)
+	c.mcfg.PrependReactor("list", "machineconfigpools", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(mcfgv1.Resource("machineconfigpools"), "")
+	})
+	timing, err := ScaledTimings(0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, c.kube, c.mcfg, timing); err == nil || ctx.Err() != nil {
+		t.Errorf("run without the pool API = %v (context: %v), want an immediate error", err, ctx.Err())
+	}
+	if err := Run(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, 0); err == nil {
+		t.Error("Run accepted a time scale of 0")
 	}
 }
