@@ -135,21 +135,25 @@ func llmInferenceServiceObjects(llm *unstructured.Unstructured, currentReplicas 
 
 func llmDeployment(llm *unstructured.Unstructured, name, component, role string, w *workloadSpec,
 	owner *metav1ac.OwnerReferenceApplyConfiguration, replicas *int32) *appsv1ac.DeploymentApplyConfiguration {
-	// The selector is every workload label, as in KServe.
+	// KServe selects on every workload label, the role included; the role
+	// of the main workload flips between "both" and "decode" when prefill is
+	// added or removed, and a selector is immutable, so here the role is a
+	// pod label but not part of the selector.
 	selector := map[string]string{
 		LLMNameLabel:      llm.GetName(),
 		LLMPartOfLabel:    llmPartOf,
 		LLMComponentLabel: component,
 		KServeComponent:   "workload",
-		llmRoleLabel:      role,
 	}
 	labels := withPrefixes(llm.GetLabels())
 	maps.Copy(labels, selector)
+	labels[llmRoleLabel] = role
 	annotations := withPrefixes(llm.GetAnnotations())
 
 	podLabels := maps.Clone(labels)
 	maps.Copy(podLabels, w.Labels)
 	maps.Copy(podLabels, selector)
+	podLabels[llmRoleLabel] = role
 	podAnnotations := maps.Clone(annotations)
 	maps.Copy(podAnnotations, w.Annotations)
 

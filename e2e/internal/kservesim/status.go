@@ -75,7 +75,9 @@ type llmWorkloads struct {
 
 // llmStatus is the status of an LLMInferenceService: one condition per
 // workload mirroring its Deployment's Available, WorkloadsReady when all
-// are, Ready following it, and status.workloads naming the Deployments.
+// are, and Ready following it. status.workloads (v1alpha2 only) is not
+// written: server-side apply of a field that one served version lacks fails
+// for objects created through that version.
 func llmStatus(llm *unstructured.Unstructured, w *llmWorkloads, invalid error, now time.Time) map[string]any {
 	status := map[string]any{"observedGeneration": llm.GetGeneration()}
 	if invalid != nil {
@@ -83,27 +85,17 @@ func llmStatus(llm *unstructured.Unstructured, w *llmWorkloads, invalid error, n
 		return status
 	}
 	var conds []condition
-	workloads := map[string]any{}
 	for _, wl := range []struct {
-		role, field, condition string
-		wanted                 bool
+		role, condition string
+		wanted          bool
 	}{
-		{"main", "primary", ConditionMainWorkloadReady, w.want.Main != nil},
-		{"prefill", "prefill", ConditionPrefillWorkloadReady, w.want.Prefill != nil},
+		{"main", ConditionMainWorkloadReady, w.want.Main != nil},
+		{"prefill", ConditionPrefillWorkloadReady, w.want.Prefill != nil},
 	} {
 		if !wl.wanted {
 			continue
 		}
-		d := w.deployments[wl.role]
-		conds = append(conds, deploymentCondition(wl.condition, d))
-		if d != nil {
-			workloads[wl.field] = map[string]any{
-				"apiGroup":      "apps",
-				"kind":          "Deployment",
-				"name":          d.Name,
-				"readyReplicas": int64(d.Status.ReadyReplicas),
-			}
-		}
+		conds = append(conds, deploymentCondition(wl.condition, w.deployments[wl.role]))
 	}
 	all := condition{Type: ConditionWorkloadsReady, Status: corev1.ConditionTrue, Reason: "WorkloadsReady"}
 	if w.want.Main == nil {
@@ -119,9 +111,6 @@ func llmStatus(llm *unstructured.Unstructured, w *llmWorkloads, invalid error, n
 	ready.Type = ConditionReady
 	conds = append(conds, all, ready)
 	status["conditions"] = conditionsField(llm, conds, now)
-	if len(workloads) > 0 {
-		status["workloads"] = workloads
-	}
 	return status
 }
 
@@ -159,7 +148,7 @@ func conditionsField(obj *unstructured.Unstructured, conds []condition, now time
 }
 
 // statusFields are the status fields the simulator writes.
-var statusFields = []string{"observedGeneration", "conditions", "workloads"}
+var statusFields = []string{"observedGeneration", "conditions"}
 
 // sameStatus reports whether old already holds want in every field the
 // simulator writes (a field absent from want must be absent from old).
