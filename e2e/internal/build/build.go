@@ -1,0 +1,270 @@
+// Package build compiles the binaries of the local test bed from Go modules: the Kubernetes control
+// plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), etcd, kwok and the
+// drain-guardian daemon itself.
+//
+// Control-plane binaries are built once into <repo>/.cluster/bin and reused until the go.sum of the
+// module they are built in changes: the first kube-apiserver build takes minutes, and the dependency pins are the only
+// input that changes them. The daemon is rebuilt on every call (the Go build cache makes an unchanged
+// rebuild cheap) because its sources change all the time.
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Names of the binaries the test bed runs.
+const (
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
+	Kubectl               = "kubectl"
+	Etcd                  = "etcd"
+	Kwok                  = "kwok"
+	DrainGuardian         = "drain-guardian"
+)
+
+// source says where a control-plane binary comes from: a Go package, built inside a module
+// directory relative to e2e/ that declares the package as a tool, so that module pins its version
+// and dependencies.
+type source struct {
+	module string
+	pkg    string
+}
+
+var sources = map[string]source{
+	KubeAPIServer:         {".", "k8s.io/kubernetes/cmd/kube-apiserver"},
+	KubeControllerManager: {".", "k8s.io/kubernetes/cmd/kube-controller-manager"},
+	KubeScheduler:         {".", "k8s.io/kubernetes/cmd/kube-scheduler"},
+	Kubectl:               {".", "k8s.io/kubernetes/cmd/kubectl"},
+	Etcd:                  {".", "go.etcd.io/etcd/server/v3"},
+	// kwok v0.7.0 is built against Kubernetes v0.33 and does not compile against the v0.34 staging
+	// modules of the e2e module: it has a module of its own.
+	Kwok: {"tools/kwok", "sigs.k8s.io/kwok/cmd/kwok"},
+}
+
+// ControlPlaneBinaries lists the binaries a control plane needs, in build order (the slowest first,
+// so the shared dependencies it compiles make the others quick).
+var ControlPlaneBinaries = []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubectl, Etcd, Kwok}
+
+// Builder builds binaries into BinDir.
+type Builder struct {
+	// RepoRoot is the repository root: it holds the daemon's go.mod and the e2e module in e2e/.
+	RepoRoot string
+	// BinDir receives the control-plane binaries (<RepoRoot>/.cluster/bin by default).
+	BinDir string
+	// Out receives one progress line per build; nil discards them.
+	Out io.Writer
+}
+
+// New returns a Builder for the repository at repoRoot that writes binaries to
+// <repoRoot>/.cluster/bin and progress to out.
+func New(repoRoot string, out io.Writer) *Builder {
+	return &Builder{RepoRoot: repoRoot, BinDir: filepath.Join(repoRoot, ".cluster", "bin"), Out: out}
+}
+
+// RepoRoot finds the repository root by walking up from the working directory to the first
+// directory that contains e2e/go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "e2e", "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root not found: no parent directory contains e2e/go.mod")
+		}
+		dir = parent
+	}
+}
+
+// Path returns where the named binary is (or will be) installed.
+func (b *Builder) Path(name string) string {
+	if name == DrainGuardian {
+		return filepath.Join(b.RepoRoot, "bin", DrainGuardian)
+	}
+	return filepath.Join(b.BinDir, name)
+}
+
+// EnsureControlPlane builds every control-plane binary that is missing or stale.
+func (b *Builder) EnsureControlPlane(ctx context.Context) error {
+	return b.Ensure(ctx, ControlPlaneBinaries...)
+}
+
+// Ensure builds the named binaries that are missing or older than the go.sum of the module they are
+// built in; DrainGuardian is always rebuilt. Concurrent callers, in this or other processes,
+// serialise on a lock file so that two test binaries never compile the same thing at once on a
+// small machine.
+func (b *Builder) Ensure(ctx context.Context, names ...string) error {
+	if err := os.MkdirAll(b.BinDir, 0o755); err != nil {
+		return err
+	}
+	// The .cluster directory holds only generated state: keep it out of version control even where
+	// the repository's own .gitignore does not mention it.
+	ignore := filepath.Join(filepath.Dir(b.BinDir), ".gitignore")
+	if filepath.Base(filepath.Dir(b.BinDir)) == ".cluster" {
+		if _, err := os.Stat(ignore); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(ignore, []byte("*\n"), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	unlock, err := lock(ctx, filepath.Join(b.BinDir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	for _, name := range names {
+		if name == DrainGuardian {
+			if err := b.buildDaemon(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		src, ok := sources[name]
+		if !ok {
+			return fmt.Errorf("unknown binary %q", name)
+		}
+		dir := filepath.Join(b.RepoRoot, "e2e", src.module)
+		goSum, err := os.Stat(filepath.Join(dir, "go.sum"))
+		if err != nil {
+			return fmt.Errorf("module of %s: %w", name, err)
+		}
+		if fi, err := os.Stat(b.Path(name)); err == nil && !fi.ModTime().Before(goSum.ModTime()) {
+			continue
+		}
+		var ldflags string
+		if strings.HasPrefix(src.pkg, "k8s.io/kubernetes/") {
+			if ldflags, err = kubernetesVersionFlags(ctx, dir); err != nil {
+				return err
+			}
+		}
+		if err := b.goBuild(ctx, name, dir, src.pkg, ldflags, b.Path(name), "(first time only, takes minutes)"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Builder) buildDaemon(ctx context.Context) error {
+	return b.goBuild(ctx, DrainGuardian, b.RepoRoot, "./cmd/drain-guardian", "", b.Path(DrainGuardian), "")
+}
+
+// goBuild runs `nice go build` in dir and installs the result at out atomically, so that an
+// interrupted build never leaves a truncated binary that looks up to date.
+func (b *Builder) goBuild(ctx context.Context, name, dir, pkg, ldflags, out, note string) error {
+	msg := "building " + name
+	if note != "" {
+		msg += " " + note
+	}
+	b.printf("%s...\n", msg)
+	start := time.Now()
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	args := []string{"go", "build", "-o", tmp}
+	if ldflags != "" {
+		args = append(args, "-ldflags="+ldflags)
+	}
+	args = append(args, pkg)
+	var cmd *exec.Cmd
+	if nice, err := exec.LookPath("nice"); err == nil {
+		cmd = exec.CommandContext(ctx, nice, append([]string{"-n", "10"}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, args[0], args[1:]...)
+	}
+	cmd.Dir = dir
+	output, err := cmd.CombinedOutput()
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("building %s (%s in %s): %w\n%s", name, pkg, dir, err, output)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	b.printf("built %s in %s\n", name, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// kubernetesVersionFlags stamps the Kubernetes binaries with the version of k8s.io/kubernetes the
+// module in dir pins, as the upstream release build does; unstamped they report
+// v0.0.0-master, which clients such as kubectl warn about.
+func kubernetesVersionFlags(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("reading the k8s.io/kubernetes version in %s: %w", dir, err)
+	}
+	version := strings.TrimSpace(string(out))
+	major, minor, ok := parseMajorMinor(version)
+	if !ok {
+		return "", fmt.Errorf("unexpected k8s.io/kubernetes version %q", version)
+	}
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags,
+			"-X", pkg+".gitVersion="+version,
+			"-X", pkg+".gitMajor="+major,
+			"-X", pkg+".gitMinor="+minor,
+			"-X", pkg+".gitTreeState=clean",
+		)
+	}
+	return strings.Join(flags, " "), nil
+}
+
+// parseMajorMinor splits "v1.34.4" into "1" and "34".
+func parseMajorMinor(version string) (string, string, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+func (b *Builder) printf(format string, args ...any) {
+	if b.Out != nil {
+		fmt.Fprintf(b.Out, format, args...)
+	}
+}
+
+// lock takes an exclusive flock on path, polling so that ctx can cancel the wait.
+func lock(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
+)
+
+// waitTimeout bounds every wait on the cluster after it has started.
+const waitTimeout = 90 * time.Second
+
+// logWriter sends the control plane's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestControlPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real control plane")
+	}
+	// The first run also builds the control plane binaries, which takes many minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), Out: logWriter{t}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(cp.Stop)
+	c := cp.Client()
+
+	for i, zone := range []string{"zone-a", "zone-b"} {
+		name := fmt.Sprintf("gpu-%d", i)
+		node, err := cp.AddFakeNode(ctx, name, map[string]string{"node-role.kubernetes.io/worker": ""}, zone, 1, "16", "64Gi")
+		if err != nil {
+			t.Fatalf("AddFakeNode(%s): %v", name, err)
+		}
+		if got := node.Status.Allocatable[controlplane.GPUResource]; got.Value() != 1 {
+			t.Fatalf("node %s allocatable %s = %s, want 1", name, controlplane.GPUResource, got.String())
+		}
+		if got := node.Labels["topology.kubernetes.io/zone"]; got != zone {
+			t.Fatalf("node %s zone label = %q, want %q", name, got, zone)
+		}
+	}
+
+	t.Run("CRDsInstalled", func(t *testing.T) {
+		for _, gvr := range []schema.GroupVersionResource{
+			{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfigpools"},
+			{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfignodes"},
+		} {
+			if _, err := cp.Dynamic().Resource(gvr).List(ctx, metav1.ListOptions{}); err != nil {
+				t.Errorf("listing %s: %v", gvr.Resource, err)
+			}
+		}
+	})
+
+	t.Run("PDBBlocksEvictionUntilSurge", func(t *testing.T) {
+		ns := createNamespace(ctx, t, c, "pdb")
+		labels := map[string]string{"app": "model"}
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "model", Namespace: ns},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+							RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+								LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+								TopologyKey:   corev1.LabelHostname,
+							}},
+						}},
+						Containers: []corev1.Container{{
+							Name:  "server",
+							Image: "example.invalid/model-server:1",
+							Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+								controlplane.GPUResource: resource.MustParse("1"),
+							}},
+						}},
+					},
+				},
+			},
+		}
+		if _, err := c.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: "model", Namespace: ns},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: ptr.To(intstr.FromInt32(1)),
+				Selector:     &metav1.LabelSelector{MatchLabels: labels},
+			},
+		}
+		if _, err := c.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		first := waitReadyPods(ctx, t, c, ns, "app=model", 1)[0]
+		waitPDB(ctx, t, c, ns, "model", 1, 0)
+
+		err := evict(ctx, c, first)
+		if !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("evicting the only replica: got %v, want 429 Too Many Requests", err)
+		}
+
+		scale, err := c.AppsV1().Deployments(ns).GetScale(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scale.Spec.Replicas = 2
+		if _, err := c.AppsV1().Deployments(ns).UpdateScale(ctx, "model", scale, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods := waitReadyPods(ctx, t, c, ns, "app=model", 2)
+		for _, p := range pods {
+			if p.Name != first.Name && p.Spec.NodeName == first.Spec.NodeName {
+				t.Fatalf("replacement %s landed on %s, the node of %s; anti-affinity requires another node", p.Name, p.Spec.NodeName, first.Name)
+			}
+		}
+		waitPDB(ctx, t, c, ns, "model", 2, 1)
+
+		if err := evict(ctx, c, first); err != nil {
+			t.Fatalf("evicting with a Ready replacement: %v", err)
+		}
+		waitGone(ctx, t, c, ns, first.Name)
+	})
+
+	t.Run("ReadyDelayAnnotation", func(t *testing.T) {
+		ns := createNamespace(ctx, t, c, "delay")
+		const delay = 5 * time.Second
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        "loading",
+				Namespace:   ns,
+				Annotations: map[string]string{controlplane.ReadyDelayAnnotation: delay.String()},
+			},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "example.invalid/model-server:1"}}},
+		}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var sawLoading bool
+		var got *corev1.Pod
+		pollT(ctx, t, "pod loading to become Ready", func() (bool, error) {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, "loading", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if p.Status.Phase == corev1.PodRunning && !podReady(p) {
+				sawLoading = true
+			}
+			got = p
+			return podReady(p), nil
+		})
+		if !sawLoading {
+			t.Errorf("pod was never seen Running but not Ready")
+		}
+		start := got.Status.StartTime.Time
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == corev1.PodReady {
+				// Condition times have a one-second resolution.
+				if waited := cond.LastTransitionTime.Sub(start); waited < delay-time.Second {
+					t.Errorf("pod became Ready %s after it started, want at least %s", waited, delay)
+				}
+			}
+		}
+	})
+
+	t.Run("GuardianRBAC", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", cp.GuardianKubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := kubernetes.NewForConfigOrDie(cfg)
+		if _, err := g.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("guardian listing nodes: %v, want allowed", err)
+		}
+		ns := createNamespace(ctx, t, c, "rbac")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app:1"}}},
+		}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err = g.CoreV1().Pods(ns).Delete(ctx, "victim", metav1.DeleteOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("guardian deleting a pod: got %v, want Forbidden", err)
+		}
+		if _, err := c.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
+			t.Errorf("pod after the refused delete: %v", err)
+		}
+	})
+}
+
+func createNamespace(ctx context.Context, t *testing.T, c kubernetes.Interface, prefix string) string {
+	t.Helper()
+	ns, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func evict(ctx context.Context, c kubernetes.Interface, pod corev1.Pod) error {
+	return c.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitReadyPods waits until exactly n pods match selector, none terminating, all Ready.
+func waitReadyPods(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, selector string, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	pollT(ctx, t, fmt.Sprintf("%d Ready pods %s", n, selector), func() (bool, error) {
+		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		pods = list.Items
+		if len(pods) != n {
+			return false, nil
+		}
+		for i := range pods {
+			if pods[i].DeletionTimestamp != nil || !podReady(&pods[i]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return pods
+}
+
+// waitPDB waits until the disruption controller has observed the PDB's current generation with
+// the given healthy count and allowed disruptions.
+func waitPDB(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, name string, healthy, allowed int32) {
+	t.Helper()
+	var last policyv1.PodDisruptionBudgetStatus
+	pollT(ctx, t, fmt.Sprintf("PDB %s to report %d healthy, %d disruptions allowed", name, healthy, allowed), func() (bool, error) {
+		pdb, err := c.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = pdb.Status
+		return pdb.Status.ObservedGeneration == pdb.Generation &&
+			pdb.Status.CurrentHealthy == healthy && pdb.Status.DisruptionsAllowed == allowed, nil
+	})
+	t.Logf("PDB %s: %d healthy, %d disruptions allowed", name, last.CurrentHealthy, last.DisruptionsAllowed)
+}
+
+func waitGone(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	pollT(ctx, t, "pod "+name+" to be deleted", func() (bool, error) {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// pollT calls cond every 200ms until it returns true, failing the test on an error or once
+// waitTimeout has passed.
+func pollT(ctx context.Context, t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
