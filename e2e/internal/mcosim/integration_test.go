@@ -145,7 +145,10 @@ func TestSimulatorOnRealControlPlane(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 5*time.Minute, "the drain of "+modelNode+" to start", func() bool { return DrainInProgress(getNode(modelNode)) })
+	eventually(t, 5*time.Minute, "the drain of "+modelNode+" to start", func() bool {
+		n := getNode(modelNode)
+		return DrainInProgress(n) && n.Spec.Unschedulable
+	})
 	// For the next 15 s (several failed attempts at this time scale) the
 	// node must stay cordoned with its drain unfinished.
 	blockedUntil := time.Now().Add(15 * time.Second)
