@@ -121,7 +121,9 @@ func (b *Builder) Ensure(ctx context.Context, names ...string) error {
 			}
 		}
 	}
-	unlock, err := lock(ctx, filepath.Join(b.BinDir, ".lock"))
+	unlock, err := lock(ctx, filepath.Join(b.BinDir, ".lock"), func() {
+		b.printf("waiting for another process building into %s...\n", b.BinDir)
+	})
 	if err != nil {
 		return err
 	}
@@ -242,8 +244,9 @@ func (b *Builder) printf(format string, args ...any) {
 	}
 }
 
-// lock takes an exclusive flock on path, polling so that ctx can cancel the wait.
-func lock(ctx context.Context, path string) (func(), error) {
+// lock takes an exclusive flock on path, polling so that ctx can cancel the wait; waiting is called
+// once if the lock is held elsewhere.
+func lock(ctx context.Context, path string, waiting func()) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
@@ -259,6 +262,10 @@ func lock(ctx context.Context, path string) (func(), error) {
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			_ = f.Close()
 			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		if waiting != nil {
+			waiting()
+			waiting = nil
 		}
 		select {
 		case <-ctx.Done():
