@@ -1,0 +1,255 @@
+package blocking
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const gpu corev1.ResourceName = "nvidia.com/gpu"
+
+func TestFitsElsewhere(t *testing.T) {
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		candidates []Candidate
+		want       string // "" means no fit
+	}{
+		{
+			name:       "GPU free on another node",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			want:       "node-b",
+		},
+		{
+			name:       "GPU of the other node taken",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+		},
+		{
+			name:       "GPU held by a finished pod is free",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{withPhase(gpuPod("done", "node-b", 1), corev1.PodSucceeded)}}},
+			want:       "node-b",
+		},
+		{
+			name:       "two GPUs wanted, one free",
+			pod:        gpuPod("blocked", "node-a", 2),
+			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+		},
+		{
+			name:       "node without GPUs",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: readyNode("node-b", 0)}},
+		},
+		{
+			name: "the pod's own node is excluded",
+			pod:  gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{
+				{Node: readyNode("node-a", 4)},
+			},
+		},
+		{
+			name: "cordoned node skipped, next one fits",
+			pod:  gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{
+				{Node: cordoned(readyNode("node-b", 1))},
+				{Node: readyNode("node-c", 1)},
+			},
+			want: "node-c",
+		},
+		{
+			name:       "cordoned node",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: cordoned(readyNode("node-b", 1))}},
+		},
+		{
+			name:       "NotReady node",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: notReady(readyNode("node-b", 1))}},
+		},
+		{
+			name:       "untolerated NoSchedule taint",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
+		},
+		{
+			name:       "untolerated NoExecute taint",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoExecute)}},
+		},
+		{
+			name:       "PreferNoSchedule taint does not exclude",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectPreferNoSchedule)}},
+			want:       "node-b",
+		},
+		{
+			name: "tolerated NoSchedule taint",
+			pod: func() *corev1.Pod {
+				p := gpuPod("blocked", "node-a", 1)
+				p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+				return p
+			}(),
+			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
+			want:       "node-b",
+		},
+		{
+			name: "nodeSelector mismatch",
+			pod: func() *corev1.Pod {
+				p := gpuPod("blocked", "node-a", 1)
+				p.Spec.NodeSelector = map[string]string{"gpu.model": "h100"}
+				return p
+			}(),
+			candidates: []Candidate{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
+		},
+		{
+			name: "nodeSelector match",
+			pod: func() *corev1.Pod {
+				p := gpuPod("blocked", "node-a", 1)
+				p.Spec.NodeSelector = map[string]string{"gpu.model": "h100"}
+				return p
+			}(),
+			candidates: []Candidate{
+				{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")},
+				{Node: labeled(readyNode("node-c", 1), "gpu.model", "h100")},
+			},
+			want: "node-c",
+		},
+		{
+			name: "required node affinity mismatch",
+			pod: func() *corev1.Pod {
+				p := gpuPod("blocked", "node-a", 1)
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpu.model", Operator: corev1.NodeSelectorOpIn, Values: []string{"h100"}}},
+					}}},
+				}}
+				return p
+			}(),
+			candidates: []Candidate{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
+		},
+		{
+			name:       "required anti-affinity on hostname: a replica already runs there",
+			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
+			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
+		},
+		{
+			name: "required anti-affinity on hostname: the matching pod is in another namespace",
+			pod:  antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
+			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{func() *corev1.Pod {
+				p := gpuPod("sibling", "node-b", 1)
+				p.Namespace = "elsewhere"
+				return p
+			}()}}},
+			want: "node-b",
+		},
+		{
+			name:       "required anti-affinity on hostname: no matching pod",
+			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
+			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{withLabels(gpuPod("other", "node-b", 1), map[string]string{"app": "other"})}}},
+			want:       "node-b",
+		},
+		{
+			name:       "anti-affinity on a zone is left to the scheduler",
+			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelTopologyZone),
+			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
+			want:       "node-b",
+		},
+		{
+			name: "CPU exhausted",
+			pod: func() *corev1.Pod {
+				p := gpuPod("blocked", "node-a", 0)
+				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("3")
+				return p
+			}(),
+			candidates: []Candidate{{Node: readyNode("node-b", 0), Pods: []*corev1.Pod{func() *corev1.Pod {
+				p := gpuPod("other", "node-b", 0)
+				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+				return p
+			}()}}},
+		},
+		{
+			name:       "no candidates",
+			pod:        gpuPod("blocked", "node-a", 1),
+			candidates: nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := FitsElsewhere(tt.pod, tt.candidates)
+			if ok != (tt.want != "") || got != tt.want {
+				t.Errorf("FitsElsewhere() = (%q, %v), want (%q, %v)", got, ok, tt.want, tt.want != "")
+			}
+		})
+	}
+}
+
+// gpuPod is a Ready pod of appLabels on node requesting n GPUs and one CPU.
+func gpuPod(name, node string, n int64) *corev1.Pod {
+	p := readyPod(name)
+	p.Spec.NodeName = node
+	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	if n > 0 {
+		req[gpu] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	p.Spec.Containers = []corev1.Container{{Name: "server", Resources: corev1.ResourceRequirements{Requests: req}}}
+	return p
+}
+
+// readyNode is a Ready, schedulable node with 4 CPUs, 16Gi and gpus GPUs (none advertised when 0).
+func readyNode(name string, gpus int64) *corev1.Node {
+	alloc := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("4"),
+		corev1.ResourceMemory: resource.MustParse("16Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	if gpus > 0 {
+		alloc[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Status: corev1.NodeStatus{
+			Allocatable: alloc,
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+func cordoned(n *corev1.Node) *corev1.Node {
+	n.Spec.Unschedulable = true
+	return n
+}
+
+func notReady(n *corev1.Node) *corev1.Node {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	return n
+}
+
+func tainted(n *corev1.Node, effect corev1.TaintEffect) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: effect})
+	return n
+}
+
+func labeled(n *corev1.Node, key, value string) *corev1.Node {
+	n.Labels[key] = value
+	return n
+}
+
+func withLabels(p *corev1.Pod, l map[string]string) *corev1.Pod {
+	p.Labels = l
+	return p
+}
+
+// antiAffine gives the pod a required anti-affinity against its own app on topologyKey.
+func antiAffine(p *corev1.Pod, topologyKey string) *corev1.Pod {
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: appLabels},
+			TopologyKey:   topologyKey,
+		}},
+	}}
+	return p
+}
