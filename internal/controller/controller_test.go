@@ -318,12 +318,10 @@ func TestStaleCacheWriteIsRejectedByTheResourceVersionTest(t *testing.T) {
 func TestRestartedGuardianResumesFromTheRecord(t *testing.T) {
 	first := newHarness(t, nil, stalled()...)
 	first.syncNode("w1")
-	// "Crash": a new guardian with empty memory starts against the same cluster state.
-	var objs []runtime.Object
-	objs = append(objs, namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), gpuNode("w3"), workerPool(true), pdb(0, 1, 1))
-	d := first.deployment(ns, "model")
-	objs = append(objs, d, model(1)[1], modelPod("model-abc-a", "w1", true), modelPod("model-abc-b", "w2", true))
-	second := newHarness(t, nil, objs...)
+	// "Crash": a new guardian with empty memory starts against the same cluster state, where the
+	// replacement has meanwhile become Ready.
+	first.addPod(modelPod("model-abc-b", "w2", true))
+	second := restart(t, nil, first.kube, first.mco)
 	second.syncNode("w1")
 	if got := second.deployment(ns, "model"); *got.Spec.Replicas != 2 {
 		t.Fatalf("restart changed the surge: replicas %d", *got.Spec.Replicas)

@@ -71,8 +71,9 @@ func (c *Controller) enqueueWatchedNodes() {
 	}
 }
 
-// onScalable follows objects that may carry a surge record, and pod owners of tracked surges (whose
-// replica counts a two-step restore waits on).
+// onScalable follows objects that may carry a surge record, the targets of tracked surges (someone
+// may change their fields), and pod owners of tracked surges (whose replica counts a two-step restore
+// waits on).
 func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 	return func(obj any) {
 		m, err := meta.Accessor(obj)
@@ -87,7 +88,8 @@ func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 			c.enqueueWorkload(ref)
 		}
 		for _, t := range c.state.surges() {
-			if t.podOwner.Kind == kind && t.podOwner.Namespace == ref.Namespace && t.podOwner.Name == ref.Name {
+			owner := t.podOwner.Kind == kind && t.podOwner.Namespace == ref.Namespace && t.podOwner.Name == ref.Name
+			if owner || t.target == ref {
 				c.enqueueWorkload(t.ref)
 			}
 		}

@@ -62,7 +62,12 @@ func newHarness(t *testing.T, mutate func(*options.Options), objs ...runtime.Obj
 		GroupVersion: "machineconfiguration.openshift.io/v1",
 		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}},
 	}}
-	mcoClient := mcfgfake.NewClientset(mcoObjs...)
+	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...))
+}
+
+// restart builds a guardian with empty memory over existing clientsets: a crash and restart.
+func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, mcoClient *mcfgfake.Clientset) *harness {
+	t.Helper()
 	opts := options.NewOptions()
 	opts.LeaderElect = false
 	if mutate != nil {

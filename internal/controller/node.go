@@ -147,25 +147,31 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.Ref, err)
 	}
+	carrier := obj
+	if target.Carrier != target.Ref {
+		if carrier, err = c.store.Get(target.Carrier); err != nil {
+			return 0, "", fmt.Errorf("reading %s: %w", target.Carrier, err)
+		}
+	}
 	owner, err := c.store.PodOwner(target.PodOwner)
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.PodOwner, err)
 	}
-	if obj.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
+	if obj.Ignored() || carrier.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
 		log.Debug("workload opted out", zap.Stringer("workload", target.Ref))
 		return 0, "", nil
 	}
-	rec, err := obj.Record()
+	rec, err := carrier.Record()
 	if err != nil {
-		c.reportMalformed(obj, err)
+		c.reportMalformed(carrier, err)
 		return 0, "", nil
 	}
 	if rec != nil {
 		// A surge is under way for this workload: it covers this node too.
-		c.enqueueWorkload(obj.Ref)
+		c.enqueueWorkload(carrier.Ref)
 		return 0, "", nil
 	}
-	if f := obj.Failure(); f != nil && f.Node == node.Name && f.Drain == drain.Drain {
+	if f := carrier.Failure(); f != nil && f.Node == node.Name && f.Drain == drain.Drain {
 		// This very stall was surged before and the surge failed; it was reported then.
 		return 0, f.Reason, nil
 	}
@@ -238,7 +244,13 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		}
 		return 0, "", nil
 	}
-	if err := c.store.Patch(ctx, target.Ref, workload.SurgePatch(obj, rec)); err != nil {
+	patch := workload.SurgePatch(carrier, rec)
+	if carrier != obj {
+		// Record first; the next sync of the carrier writes the fields (see Record.Pending).
+		rec.Target, rec.Pending = &obj.Ref, true
+		patch = workload.StartRecordPatch(carrier, rec)
+	}
+	if err := c.store.Patch(ctx, carrier.Ref, patch); err != nil {
 		return 0, "", fmt.Errorf("surging %s: %w", target.Ref, err)
 	}
 	c.metrics.StallsDetected.WithLabelValues(pool, kind, string(drain.Trigger)).Inc()
@@ -246,8 +258,8 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, b.PDB.Name)
 	c.event(ref, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 		"Surging %s so that a replacement runs elsewhere before node %s drains", change, node.Name)
-	c.state.track(trackedSurge{ref: obj.Ref, node: node.Name, pool: pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
-	c.enqueueWorkload(obj.Ref)
+	c.state.track(trackedSurge{ref: carrier.Ref, node: node.Name, pool: pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
+	c.enqueueWorkload(carrier.Ref)
 	return 0, "", nil
 }
 

@@ -14,7 +14,9 @@ import (
 // from the informers (rebuilt on every start) and only routes events and feeds gauges: decisions are
 // always made from the record itself.
 type trackedSurge struct {
+	// ref is the object carrying the record; target the one whose fields changed (often the same).
 	ref      workload.Ref
+	target   workload.Ref
 	node     string
 	pool     string
 	podOwner workload.Ref

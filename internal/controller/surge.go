@@ -27,10 +27,10 @@ const deletionCostAnnotation = "controller.kubernetes.io/pod-deletion-cost"
 // leaveFirstCost is the deletion cost given to the surplus pods on nodes that still have to update.
 const leaveFirstCost = "-1000"
 
-// syncWorkload moves one surge along: it reads the record from the surged object, observes the pods,
-// node and pool, and carries out guardian.Decide's answer.
+// syncWorkload moves one surge along: it reads the record from the object carrying it, observes the
+// pods, node and pool, and carries out guardian.Decide's answer. ref is the record's carrier.
 func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.Duration, error) {
-	obj, err := c.store.Get(ref)
+	carrier, err := c.store.Get(ref)
 	if apierrors.IsNotFound(err) {
 		if c.state.untrack(ref) {
 			c.log.Warn("surged workload was deleted; its surge record went with it", zap.Stringer("workload", ref))
@@ -41,17 +41,31 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 	if err != nil {
 		return 0, err
 	}
-	rec, err := obj.Record()
+	rec, err := carrier.Record()
 	if err != nil {
-		c.reportMalformed(obj, err)
+		c.reportMalformed(carrier, err)
 		return 0, nil
 	}
 	if rec == nil {
 		c.state.untrack(ref)
 		return 0, nil
 	}
+	s := &surge{carrier: carrier, target: carrier, rec: rec}
+	if rec.Target != nil {
+		if s.target, err = c.store.Get(*rec.Target); apierrors.IsNotFound(err) {
+			// The surged object is gone (its Deployment follows by garbage collection): drop the record.
+			c.metrics.StallsFailed.WithLabelValues(rec.Pool, string(rec.Target.Kind), guardian.ReasonPodOwnerGone).Inc()
+			c.state.untrack(ref)
+			return c.ignoreGone(c.write(ctx, carrier, workload.FinishPatch(carrier, nil), "drop the record of a deleted "+string(rec.Target.Kind)))
+		} else if err != nil {
+			return 0, err
+		}
+		if rec.Pending {
+			return c.completeSurge(ctx, s)
+		}
+	}
 	obs := guardian.Observation{Now: c.clock.Now(), Record: rec}
-	tracked := trackedSurge{ref: obj.Ref, node: rec.Node, pool: rec.Pool, podOwner: rec.PodOwner, start: rec.StartTime.Time}
+	tracked := trackedSurge{ref: carrier.Ref, target: s.target.Ref, node: rec.Node, pool: rec.Pool, podOwner: rec.PodOwner, start: rec.StartTime.Time}
 	var pods []*corev1.Pod
 	owner, err := c.store.PodOwner(rec.PodOwner)
 	switch {
@@ -76,18 +90,22 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 		}
 	}
 	observePods(&obs, pods, rec.Node)
+	if rec.Target != nil && rec.Restoring != "" {
+		// A split restore continues whatever the pods do: its count comes down when the owner decides.
+		return c.restore(ctx, s, guardian.Action{Kind: guardian.ActFinishRestore}, pods, obs)
+	}
 
 	action := guardian.Decide(c.cfg, obs)
-	log := c.log.With(zap.Stringer("workload", ref), zap.String("node", rec.Node), zap.String("action", string(action.Kind)))
-	log.Debug("decided", zap.String("reason", action.Reason))
-	eref := obj.ObjectReference()
-	kind := string(ref.Kind)
+	c.log.Debug("decided", zap.Stringer("workload", ref), zap.String("node", rec.Node),
+		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
+	eref := s.target.ObjectReference()
+	kind := string(s.target.Ref.Kind)
 	switch action.Kind {
 	case guardian.ActMarkReady:
 		next := *rec
 		now := metav1.NewTime(obs.Now)
 		next.ReadyTime = &now
-		if done, err := c.write(ctx, obj, workload.RecordPatch(obj, &next), "record the Ready replacement"); !done {
+		if done, err := c.write(ctx, carrier, workload.RecordPatch(carrier, &next), "record the Ready replacement"); !done {
 			return 0, err
 		}
 		took := obs.Now.Sub(rec.StartTime.Time)
@@ -99,7 +117,7 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 		next := *rec
 		now := metav1.NewTime(obs.Now)
 		next.ResolvedTime = &now
-		if done, err := c.write(ctx, obj, workload.RecordPatch(obj, &next), "record the resolved stall"); !done {
+		if done, err := c.write(ctx, carrier, workload.RecordPatch(carrier, &next), "record the resolved stall"); !done {
 			return 0, err
 		}
 		c.observeResolved(rec, kind, obs.Now)
@@ -109,12 +127,52 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 		return 0, nil
 	case guardian.ActEvict:
 		return c.evict(ctx, eref, rec, pods)
-	case guardian.ActRestore:
-		return c.restore(ctx, obj, rec, action, pods, obs)
-	case guardian.ActFinishRestore:
-		return c.restore(ctx, obj, rec, action, pods, obs)
+	case guardian.ActRestore, guardian.ActFinishRestore:
+		return c.restore(ctx, s, action, pods, obs)
 	}
 	return action.After, nil
+}
+
+// surge is one surge's record with the object carrying it and the object whose fields it changed
+// (the same object unless the record names a Target).
+type surge struct {
+	carrier, target *workload.Object
+	rec             *workload.Record
+}
+
+func (s *surge) split() bool { return s.rec.Target != nil }
+
+// completeSurge writes a pending surge's fields on its target, then marks the record complete. Each
+// call does one write; a crash in between resumes here.
+func (c *Controller) completeSurge(ctx context.Context, s *surge) (time.Duration, error) {
+	switch workload.FieldsState(s.target, s.rec) {
+	case workload.AtOriginal:
+		if done, err := c.write(ctx, s.target, workload.FieldsPatch(s.target, s.rec.Fields), "surge "+describeFields(s.rec.Fields)); !done {
+			return 0, err
+		}
+		// The record's carrier changes only on the next write: look again soon rather than wait for an event.
+		return time.Second, nil
+	case workload.AtSet:
+		next := *s.rec
+		next.Pending = false
+		_, err := c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), "record the written surge")
+		return 0, err
+	}
+	// Someone changed the fields between the record and our write: theirs now, no surge.
+	if done, err := c.write(ctx, s.carrier, workload.FinishPatch(s.carrier, nil), "drop the surge record"); !done {
+		return 0, err
+	}
+	c.state.untrack(s.carrier.Ref)
+	c.event(s.target.ObjectReference(), corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
+		"%s changed by someone else before the surge was written: not surging", describeFields(s.rec.Fields))
+	return 0, nil
+}
+
+func (c *Controller) ignoreGone(_ bool, err error) (time.Duration, error) {
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	return 0, err
 }
 
 // observePods fills the pod-derived parts of the observation.
@@ -199,15 +257,15 @@ func (c *Controller) evict(ctx context.Context, eref *corev1.ObjectReference, re
 // restore undoes the surge. Before the count goes down it marks the surplus pods on nodes that still
 // have to update as the ones to remove first, so that the survivors sit on updated nodes. Fields
 // someone else changed during the surge keep their value and are reported.
-func (c *Controller) restore(ctx context.Context, obj *workload.Object, rec *workload.Record, action guardian.Action, pods []*corev1.Pod, obs guardian.Observation) (time.Duration, error) {
-	eref := obj.ObjectReference()
-	kind := string(obj.Ref.Kind)
+//
+// A record on its target is restored in one write (or two for a count that must be explicit before it
+// is removed, see workload.Field.ExplicitBeforeRemove). A split record is marked Restoring first, then the
+// target's fields are restored, then the record is removed: one write per sync, each resumable.
+func (c *Controller) restore(ctx context.Context, s *surge, action guardian.Action, pods []*corev1.Pod, obs guardian.Observation) (time.Duration, error) {
+	rec := s.rec
 	reason, failed := action.Reason, action.Failed
 	if action.Kind == guardian.ActFinishRestore {
 		reason, failed = rec.Restoring, rec.RestoreFailure != ""
-		if failed {
-			reason = rec.RestoreFailure
-		}
 	}
 	var failure *workload.Failure
 	if failed {
@@ -218,12 +276,50 @@ func (c *Controller) restore(ctx context.Context, obj *workload.Object, rec *wor
 			return 0, err
 		}
 	}
-	step := workload.PlanRestore(obj, rec, reason, failure)
-	if done, err := c.write(ctx, obj, step.Patch, "restore "+describeRestore(rec)); !done {
-		return 0, err
+	var kept []workload.Field
+	switch {
+	case s.split() && action.Kind == guardian.ActRestore:
+		next := *rec
+		next.Restoring = reason
+		if failed {
+			next.RestoreFailure = reason
+		}
+		_, err := c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), "start restoring "+describeRestore(rec))
+		return time.Second, err
+	case s.split():
+		patch, k := workload.RestoreFieldsPatch(s.target, rec)
+		if patch != nil {
+			if done, err := c.write(ctx, s.target, patch, "restore "+describeRestore(rec)); !done {
+				return 0, err
+			}
+			return time.Second, nil
+		}
+		kept = k
+		if done, err := c.write(ctx, s.carrier, workload.FinishPatch(s.carrier, failure), "remove the surge record"); !done {
+			return 0, err
+		}
+	default:
+		step := workload.PlanRestore(s.target, rec, reason, failure)
+		if done, err := c.write(ctx, s.target, step.Patch, "restore "+describeRestore(rec)); !done {
+			return 0, err
+		}
+		if !step.Done {
+			c.log.Info("restore step one written; waiting for the workload to scale down", zap.Stringer("workload", s.target.Ref))
+			return 5 * time.Second, nil
+		}
+		kept = step.Kept
 	}
-	for _, f := range step.Kept {
-		cur, present := obj.Int(f.Path)
+	c.finishRestore(s, kept, reason, failed, obs)
+	return 0, nil
+}
+
+// finishRestore reports a completed restore.
+func (c *Controller) finishRestore(s *surge, kept []workload.Field, reason string, failed bool, obs guardian.Observation) {
+	rec := s.rec
+	eref := s.target.ObjectReference()
+	kind := string(s.target.Ref.Kind)
+	for _, f := range kept {
+		cur, present := s.target.Int(f.Path)
 		now := "unset"
 		if present {
 			now = fmt.Sprint(cur)
@@ -232,11 +328,7 @@ func (c *Controller) restore(ctx context.Context, obj *workload.Object, rec *wor
 			"%s was changed by someone else during the surge (the guardian set %d, it is now %s): keeping their value",
 			fieldName(f.Path), f.Set, now)
 	}
-	if !step.Done {
-		c.log.Info("restore step one written; waiting for the workload to scale down", zap.Stringer("workload", obj.Ref))
-		return 5 * time.Second, nil
-	}
-	c.state.untrack(obj.Ref)
+	c.state.untrack(s.carrier.Ref)
 	if rec.ReadyTime != nil && rec.ResolvedTime == nil && obs.LiveOnNode == 0 {
 		c.observeResolved(rec, kind, obs.Now)
 	}
@@ -253,7 +345,6 @@ func (c *Controller) restore(ctx context.Context, obj *workload.Object, rec *wor
 		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
 			"Restored %s (%s) after %s", describeRestore(rec), reason, obs.Now.Sub(rec.StartTime.Time).Round(time.Second))
 	}
-	return 0, nil
 }
 
 func describeRestore(rec *workload.Record) string {

@@ -154,3 +154,94 @@ func DropRecordPatch(obj *Object) []byte {
 	p.removeAnnotation(RecordAnnotation)
 	return p.bytes()
 }
+
+// The patches below serve surges whose record lives on another object than the fields they change
+// (Record.Target). Each write is one level-driven step; a crash between two steps is resumed from the
+// record.
+
+// StartRecordPatch persists a new (pending) record on its carrier and drops a remembered failure.
+func StartRecordPatch(carrier *Object, rec *Record) []byte {
+	p := newPatch(carrier)
+	p.setAnnotation(RecordAnnotation, rec.Encode())
+	p.removeAnnotation(FailureAnnotation)
+	return p.bytes()
+}
+
+// FieldsPatch writes the surged values of fields on target.
+func FieldsPatch(target *Object, fields []Field) []byte {
+	p := newPatch(target)
+	for _, f := range fields {
+		p.setInt(f.Path, f.Set)
+	}
+	return p.bytes()
+}
+
+// FieldsAt says where a target's fields stand relative to a record.
+type FieldsAt int
+
+const (
+	// AtOriginal: every field still has its original value (absent ones absent): the surge is not written.
+	AtOriginal FieldsAt = iota
+	// AtSet: every field has the surged value.
+	AtSet
+	// Changed: some field has another value: someone else changed it.
+	Changed
+)
+
+// FieldsState compares target's fields with the record.
+func FieldsState(target *Object, rec *Record) FieldsAt {
+	set, orig := true, true
+	for _, f := range rec.Fields {
+		cur, present := target.Int(f.Path)
+		set = set && present && cur == f.Set
+		orig = orig && atOriginal(f, cur, present)
+	}
+	switch {
+	case set:
+		return AtSet
+	case orig:
+		return AtOriginal
+	}
+	return Changed
+}
+
+func atOriginal(f Field, cur int64, present bool) bool {
+	if f.Original == nil {
+		return !present
+	}
+	return present && cur == *f.Original
+}
+
+// RestoreFieldsPatch restores target's fields in one step. Fields already back at their original
+// value (a restore resumed after a crash) are left alone; fields someone else changed are kept and
+// returned. The patch is nil when there is nothing to write.
+func RestoreFieldsPatch(target *Object, rec *Record) ([]byte, []Field) {
+	p := newPatch(target)
+	var kept []Field
+	for _, f := range rec.Fields {
+		cur, present := target.Int(f.Path)
+		switch {
+		case atOriginal(f, cur, present):
+		case !present || cur != f.Set:
+			kept = append(kept, f)
+		case f.Original != nil:
+			p.setInt(f.Path, *f.Original)
+		default:
+			p.removeField(f.Path)
+		}
+	}
+	if len(p.ops) == 1 {
+		return nil, kept
+	}
+	return p.bytes(), kept
+}
+
+// FinishPatch removes the record from its carrier, remembering failure when not nil.
+func FinishPatch(carrier *Object, failure *Failure) []byte {
+	p := newPatch(carrier)
+	p.removeAnnotation(RecordAnnotation)
+	if failure != nil {
+		p.setAnnotation(FailureAnnotation, failure.Encode())
+	}
+	return p.bytes()
+}

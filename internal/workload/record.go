@@ -61,7 +61,15 @@ type Record struct {
 	// gone from the node.
 	ReadyTime    *metav1.Time `json:"readyTime,omitempty"`
 	ResolvedTime *metav1.Time `json:"resolvedTime,omitempty"`
-	// Restoring is set while a two-step restore is under way, with the reason of the restore.
+	// Target is the object whose fields were changed, when it is not the object carrying the record:
+	// an InferenceService copies its own annotations into its predictor's pod template, so a record
+	// written on it would restart the model; its record lives on the predictor Deployment instead.
+	Target *Ref `json:"target,omitempty"`
+	// Pending is true from persisting a record on its carrier until the Target's fields are written:
+	// two objects cannot be written atomically, so the record goes first and the surge completes (or
+	// resumes after a crash) in the next steps.
+	Pending bool `json:"pending,omitempty"`
+	// Restoring is set while a multi-step restore is under way, with the reason of the restore.
 	Restoring string `json:"restoring,omitempty"`
 	// RestoreFailure is the failure reason when Restoring follows a failed surge ("" on success).
 	RestoreFailure string `json:"restoreFailure,omitempty"`

@@ -39,8 +39,11 @@ type Store struct {
 
 // Target is what to scale for a blocked pod.
 type Target struct {
-	// Ref is the object whose fields are raised and which carries the surge record.
+	// Ref is the object whose fields are raised.
 	Ref Ref
+	// Carrier is the object that carries the surge record: Ref itself, except for an InferenceService
+	// (see Record.Target).
+	Carrier Ref
 	// PodOwner is the Deployment or StatefulSet that owns the pods.
 	PodOwner Ref
 	// Component is ComponentMain or ComponentPrefill for an LLMInferenceService.
@@ -97,6 +100,10 @@ func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
 			return nil, unsupported("Deployment %s is owned by %s %s, but this cluster does not serve that API", d.Name, c.Kind, c.Name)
 		}
 		t := &Target{Ref: Ref{Kind: kind, Namespace: d.Namespace, Name: c.Name, UID: c.UID}, PodOwner: owner}
+		t.Carrier = t.Ref
+		if kind == KindInferenceService {
+			t.Carrier = owner
+		}
 		if kind == KindLLMInferenceService {
 			t.Component = ComponentMain
 			if d.Spec.Template.Labels["app.kubernetes.io/component"] == "llminferenceservice-workload-prefill" {
@@ -118,10 +125,11 @@ func (s *Store) withHPA(owner Ref) (*Target, error) {
 		ref := h.Spec.ScaleTargetRef
 		gv, _ := schema.ParseGroupVersion(ref.APIVersion)
 		if ref.Kind == string(owner.Kind) && ref.Name == owner.Name && gv.Group == "apps" {
-			return &Target{Ref: Ref{Kind: KindHPA, Namespace: h.Namespace, Name: h.Name, UID: h.UID}, PodOwner: owner}, nil
+			ref := Ref{Kind: KindHPA, Namespace: h.Namespace, Name: h.Name, UID: h.UID}
+			return &Target{Ref: ref, Carrier: ref, PodOwner: owner}, nil
 		}
 	}
-	return &Target{Ref: owner, PodOwner: owner}, nil
+	return &Target{Ref: owner, Carrier: owner, PodOwner: owner}, nil
 }
 
 func groupOf(ref *metav1.OwnerReference) string {
