@@ -24,6 +24,8 @@ const (
 	ReasonMaxUnavailable = "MaxUnavailable"
 	// ReasonFullMinAvailable: minAvailable of 100% requires every expected pod, whatever their number.
 	ReasonFullMinAvailable = "MinAvailableAll"
+	// ReasonMultiplePDBs: several PDBs select the pod; the Eviction API refuses to evict it at all.
+	ReasonMultiplePDBs = "MultiplePDBs"
 	// ReasonTooManyReplicas: the surge needed exceeds MaxSurge replicas.
 	ReasonTooManyReplicas = "SurgeTooLarge"
 )
@@ -35,6 +37,9 @@ const MaxSurge = 10
 type Blocked struct {
 	Pod *corev1.Pod
 	PDB *policyv1.PodDisruptionBudget
+	// MultiplePDBs: more than one PDB selects the pod. The Eviction API refuses such a pod outright,
+	// whatever the budgets allow, so no surge can help.
+	MultiplePDBs bool
 }
 
 // Skip reports whether the pod takes no part in a drain decision: DaemonSet and mirror pods are left on
@@ -82,6 +87,10 @@ func PodReady(pod *corev1.Pod) bool {
 // except that an unhealthy pod may go when the budget is otherwise met (IfHealthyBudget) or always
 // (AlwaysAllow).
 func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+	// The Eviction API does not consult PDBs for a pod that is not running yet.
+	if pod.Status.Phase == corev1.PodPending {
+		return false
+	}
 	// A PDB the disruption controller has not yet processed blocks every eviction.
 	if pdb.Status.ObservedGeneration < pdb.Generation {
 		return true
@@ -123,11 +132,17 @@ func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
 		if Skip(pod) {
 			continue
 		}
+		var matched []*policyv1.PodDisruptionBudget
 		for _, c := range byNamespace[pod.Namespace] {
-			if c.sel.Matches(labels.Set(pod.Labels)) && blocks(c.pdb, pod) {
-				out = append(out, Blocked{Pod: pod, PDB: c.pdb})
-				break
+			if c.sel.Matches(labels.Set(pod.Labels)) {
+				matched = append(matched, c.pdb)
 			}
+		}
+		switch {
+		case len(matched) > 1:
+			out = append(out, Blocked{Pod: pod, PDB: matched[0], MultiplePDBs: true})
+		case len(matched) == 1 && blocks(matched[0], pod):
+			out = append(out, Blocked{Pod: pod, PDB: matched[0]})
 		}
 	}
 	return out

@@ -149,20 +149,28 @@ func TestFind(t *testing.T) {
 	}
 }
 
-// A pod is reported once, with the first PDB that blocks it; a PDB that allows the disruption is passed over.
-func TestFindFirstBlockingPDB(t *testing.T) {
+// The Eviction API refuses a pod selected by more than one PDB whatever the budgets allow: such a pod
+// is reported as blocked, flagged so that nobody surges for it, even when one of its PDBs allows it.
+func TestFindPodUnderSeveralPDBs(t *testing.T) {
 	allowing := pdb("allowing", 1, 2, 1)
 	blocking1 := pdb("blocking-1", 0, 1, 1)
-	blocking2 := pdb("blocking-2", 0, 1, 1)
-	p1, p2 := readyPod("p1"), readyPod("p2")
-	got := Find([]*corev1.Pod{p1, p2}, []*policyv1.PodDisruptionBudget{allowing, blocking1, blocking2})
-	if len(got) != 2 {
-		t.Fatalf("Find() = %d blocked pods, want 2", len(got))
+	p1 := readyPod("p1")
+	got := Find([]*corev1.Pod{p1}, []*policyv1.PodDisruptionBudget{allowing, blocking1})
+	if len(got) != 1 || got[0].Pod != p1 || !got[0].MultiplePDBs {
+		t.Fatalf("Find() = %+v, want p1 flagged MultiplePDBs", got)
 	}
-	for i, want := range []*corev1.Pod{p1, p2} {
-		if got[i].Pod != want || got[i].PDB != blocking1 {
-			t.Errorf("Find()[%d] = {%s, %s}, want {%s, blocking-1}", i, got[i].Pod.Name, got[i].PDB.Name, want.Name)
-		}
+	if got := Find([]*corev1.Pod{p1}, []*policyv1.PodDisruptionBudget{allowing}); len(got) != 0 {
+		t.Fatalf("Find() with one allowing PDB = %+v, want none", got)
+	}
+}
+
+// A Pending pod is evicted without consulting PDBs: it never blocks a drain.
+func TestFindPendingPodIsNotBlocked(t *testing.T) {
+	p := readyPod("p")
+	p.Status.Phase = corev1.PodPending
+	p.Status.Conditions = nil
+	if got := Find([]*corev1.Pod{p}, []*policyv1.PodDisruptionBudget{pdb("b", 0, 0, 1)}); len(got) != 0 {
+		t.Fatalf("Find() = %+v, want a Pending pod not blocked", got)
 	}
 }
 

@@ -546,3 +546,14 @@ func TestRestoreSteersScaleDownOffNodesStillToUpdate(t *testing.T) {
 		t.Fatal("the pod on the updated node was marked to go")
 	}
 }
+
+func TestPodUnderTwoPDBsIsReportedNotSurged(t *testing.T) {
+	second := pdb(1, 1, 1)
+	second.Name = "model-extra"
+	h := newHarness(t, nil, stalled(second)...)
+	h.syncNode("w1")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("surged a pod the Eviction API refuses whatever the budgets: %v", w)
+	}
+	requireEvent(t, h.events(), "Warning", ReasonUnsatisfiablePDB, "more than one PDB")
+}

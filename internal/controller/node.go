@@ -178,6 +178,9 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 	kind := string(target.Ref.Kind)
 	ref := obj.ObjectReference()
 	delta, why := blocking.SurgeNeeded(b.PDB)
+	if b.MultiplePDBs {
+		why = blocking.ReasonMultiplePDBs
+	}
 	if why != "" {
 		if c.state.once(node.Name, onceKey(ReasonUnsatisfiablePDB)) {
 			c.event(ref, corev1.EventTypeWarning, ReasonUnsatisfiablePDB, actionReport,
@@ -312,6 +315,8 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 	switch why {
 	case blocking.ReasonMaxUnavailable:
 		return fmt.Sprintf("maxUnavailable %s: added replicas raise the expected count too", pdb.Spec.MaxUnavailable.String())
+	case blocking.ReasonMultiplePDBs:
+		return "more than one PDB selects the pod, and the Eviction API refuses such pods whatever the budgets"
 	case blocking.ReasonFullMinAvailable:
 		return fmt.Sprintf("minAvailable %s requires every replica", pdb.Spec.MinAvailable.String())
 	}

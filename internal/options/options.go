@@ -203,6 +203,10 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.RenewDeadline >= o.LeaseDuration {
 		bad("renew-deadline", "must be shorter than --lease-duration (%s), got %s", o.LeaseDuration, o.RenewDeadline)
 	}
+	// client-go's leader election refuses a renew deadline within 1.2 retry periods (its jitter).
+	if o.LeaderElect && float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {
+		bad("retry-period", "must be shorter than --renew-deadline (%s) divided by 1.2, got %s", o.RenewDeadline, o.RetryPeriod)
+	}
 	if o.MaxConcurrentSurge < 1 {
 		bad("max-concurrent-surges", "must be at least 1, got %d", o.MaxConcurrentSurge)
 	}
