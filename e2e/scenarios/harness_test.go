@@ -35,7 +35,7 @@ const (
 	// rolloutTimeout bounds a whole pool update with the guardian's help.
 	rolloutTimeout = 150 * time.Second
 	// pollInterval paces every wait of the scenarios.
-	pollInterval = 200 * time.Millisecond
+	pollInterval  = 200 * time.Millisecond
 	initialConfig = "rendered-1"
 	nextConfig    = "rendered-2"
 )

@@ -137,7 +137,7 @@ func MinAvailablePDB(ns, name string, matchLabels map[string]string) *policyv1.P
 // when readyDelay is set, pods that take that long to turn Ready (a model loading).
 func InferenceService(ns, name, class, pool, readyDelay string) *unstructured.Unstructured {
 	annotations := map[string]any{
-		"serving.kserve.io/deploymentMode": "RawDeployment",
+		"serving.kserve.io/deploymentMode":  "RawDeployment",
 		"serving.kserve.io/autoscalerClass": class,
 	}
 	predictor := map[string]any{
