@@ -89,8 +89,9 @@ type Controller struct {
 	namespaces corelisters.NamespaceLister
 	// pools is nil when the cluster does not serve MachineConfigPools (plain Kubernetes).
 	pools  mcfglisters.MachineConfigPoolLister
-	store  *workload.Store
-	kserve *kserveAPIs
+	store          *workload.Store
+	kserve         *kserveAPIs
+	scaleResources *scaleDiscovery
 
 	synced []cache.InformerSynced
 	ready  atomic.Bool
@@ -146,9 +147,10 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	c.nodes, c.pods, c.podIndexer = nodeInf.Lister(), podInf.Lister(), podInf.Informer().GetIndexer()
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
+	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL}
 	c.store = &workload.Store{
 		ReplicaSets: rsInf.Lister(), Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
-		KServe: c.kserve.lister, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
+		KServe: c.kserve.lister, Scalable: c.scaleResources.lookup, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
 	}
 
 	handlers := []struct {

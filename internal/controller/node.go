@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
@@ -144,6 +145,16 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		return 0, "", err
 	}
 	obj, err := c.store.Get(target.Ref)
+	if apierrors.IsForbidden(err) && target.Ref.ViaScale() {
+		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
+			gv, _ := schema.ParseGroupVersion(target.Ref.APIVersion)
+			c.event(pod, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
+				"Pod blocks the drain of node %s; its owner %s %s has a /scale subresource, but the guardian may not use it: grant get and patch on %s/scale in API group %q",
+				node.Name, target.Ref.Kind, target.Ref.Name, target.Ref.Resource, gv.Group)
+			c.metrics.StallsFailed.WithLabelValues(pool, string(target.Ref.Kind), guardian.ReasonUnsupported).Inc()
+		}
+		return 0, guardian.ReasonUnsupported, nil
+	}
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.Ref, err)
 	}

@@ -37,7 +37,13 @@ type Ref struct {
 	Namespace string    `json:"namespace,omitempty"`
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid,omitempty"`
+	// APIVersion and Resource name an owner of any other kind, scaled through its /scale subresource.
+	APIVersion string `json:"apiVersion,omitempty"`
+	Resource   string `json:"resource,omitempty"`
 }
+
+// ViaScale reports whether the object is scaled through its /scale subresource.
+func (r Ref) ViaScale() bool { return r.Resource != "" }
 
 func (r Ref) String() string { return fmt.Sprintf("%s %s/%s", r.Kind, r.Namespace, r.Name) }
 

@@ -37,6 +37,9 @@ func PlanSurge(obj *Object, component string, current, delta int32, nilKeepsCoun
 	if delta < 1 {
 		return nil, fmt.Errorf("surge of %d replicas", delta)
 	}
+	if obj.Ref.ViaScale() {
+		return []Field{raise(obj, "/spec/replicas", 1, current, delta)}, nil
+	}
 	switch obj.Ref.Kind {
 	case KindDeployment, KindStatefulSet:
 		return []Field{raise(obj, "/spec/replicas", 1, current, delta)}, nil

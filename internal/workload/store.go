@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -19,6 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// ScaleResource returns the resource of an owner kind when the cluster serves it with a /scale
+// subresource; ok is false when it has none.
+type ScaleResource func(apiVersion, kind string) (resource string, ok bool, err error)
+
 // KServeLister returns the lister and resource of a KServe kind, or ok=false while the cluster does
 // not serve that kind.
 type KServeLister func(kind Kind) (lister cache.GenericLister, gvr schema.GroupVersionResource, ok bool)
@@ -30,6 +35,8 @@ type Store struct {
 	StatefulSets appslisters.StatefulSetLister
 	HPAs         autoscalinglisters.HorizontalPodAutoscalerLister
 	KServe       KServeLister
+	// Scalable finds the /scale subresource of owners of other kinds; nil disables them.
+	Scalable ScaleResource
 
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
@@ -112,7 +119,19 @@ func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
 		}
 		return t, nil
 	}
-	return nil, unsupported("Deployment %s is controlled by %s %s: scaling it directly would fight that controller", d.Name, c.Kind, c.Name)
+	if s.Scalable != nil {
+		resource, ok, err := s.Scalable(c.APIVersion, c.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("discovering %s %s: %w", c.APIVersion, c.Kind, err)
+		}
+		if ok {
+			// Scale the owner, never the Deployment behind its back; the owner's own object may be
+			// rewritten by its controller at any time, so the record lives on the Deployment.
+			ref := Ref{Kind: Kind(c.Kind), Namespace: d.Namespace, Name: c.Name, UID: c.UID, APIVersion: c.APIVersion, Resource: resource}
+			return &Target{Ref: ref, Carrier: owner, PodOwner: owner}, nil
+		}
+	}
+	return nil, unsupported("Deployment %s is controlled by %s %s, which has no /scale subresource: scaling the Deployment directly would fight that controller", d.Name, c.Kind, c.Name)
 }
 
 // withHPA returns the HPA as the target when one scales the pod owner: the replica count is the HPA's.
@@ -141,10 +160,14 @@ func groupOf(ref *metav1.OwnerReference) string {
 }
 
 // Get returns the current object from the listers; a NotFound error when it is gone or was replaced
-// by a namesake (different UID, when the ref has one).
+// by a namesake (different UID, when the ref has one). An owner scaled through /scale is read live:
+// the guardian keeps no informer for kinds it does not know.
 func (s *Store) Get(ref Ref) (*Object, error) {
 	var obj *Object
 	var err error
+	if ref.ViaScale() {
+		return s.getScale(ref)
+	}
 	switch ref.Kind {
 	case KindDeployment:
 		var d *appsv1.Deployment
@@ -187,6 +210,10 @@ func (s *Store) Get(ref Ref) (*Object, error) {
 func (s *Store) Patch(ctx context.Context, ref Ref, data []byte) error {
 	opts := metav1.PatchOptions{FieldManager: s.FieldManager}
 	var err error
+	if ref.ViaScale() {
+		_, err = s.Dynamic.Resource(scaleGVR(ref)).Namespace(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts, "scale")
+		return err
+	}
 	switch ref.Kind {
 	case KindDeployment:
 		_, err = s.Kube.AppsV1().Deployments(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts)
@@ -253,4 +280,30 @@ func ptrOr(p *int32, def int32) int32 {
 		return def
 	}
 	return *p
+}
+
+func scaleGVR(ref Ref) schema.GroupVersionResource {
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
+	return gv.WithResource(ref.Resource)
+}
+
+// getScale reads an owner's Scale. Its fields are the Scale's (/spec/replicas); its metadata carries
+// the owner's resourceVersion, which guards the patch like any other.
+func (s *Store) getScale(ref Ref) (*Object, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := s.Dynamic.Resource(scaleGVR(ref)).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{}, "scale")
+	if err != nil {
+		return nil, err
+	}
+	if ref.UID != "" && u.GetUID() != "" && u.GetUID() != ref.UID {
+		return nil, apierrors.NewNotFound(scaleGVR(ref).GroupResource(), ref.Name)
+	}
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
+	obj, err := newObject(ref.Kind, gv, u)
+	if err != nil {
+		return nil, err
+	}
+	obj.Ref = ref
+	return obj, nil
 }
