@@ -88,7 +88,7 @@ type Controller struct {
 	pdbs       policylisters.PodDisruptionBudgetLister
 	namespaces corelisters.NamespaceLister
 	// pools is nil when the cluster does not serve MachineConfigPools (plain Kubernetes).
-	pools  mcfglisters.MachineConfigPoolLister
+	pools          mcfglisters.MachineConfigPoolLister
 	store          *workload.Store
 	kserve         *kserveAPIs
 	scaleResources *scaleDiscovery

@@ -14,7 +14,6 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
-
 )
 
 var notebookGVR = schema.GroupVersionResource{Group: "example.io", Version: "v1", Resource: "notebooks"}
