@@ -253,6 +253,8 @@ func (c *Controller) Run(ctx context.Context) {
 	// Every node and every object carrying a surge record is looked at once: this resumes or restores
 	// the surges a previous leader left.
 	c.enqueueAll()
+	c.state.setLeading(true)
+	defer c.state.setLeading(false)
 	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
 	var wg sync.WaitGroup
 	for i := 0; i < c.opts.Workers; i++ {

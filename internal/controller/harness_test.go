@@ -81,6 +81,8 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 	}
 	clk := clocktesting.NewFakeClock(t0)
 	c.clock = clk
+	// The tests play the leader: Run would set this.
+	c.state.setLeading(true)
 	h := &harness{t: t, c: c, kube: kube, mco: mcoClient, recorder: rec, metrics: m, clock: clk}
 	h.refresh()
 	return h

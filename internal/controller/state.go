@@ -41,6 +41,18 @@ type state struct {
 	// stall re-examined every resync is reported once.
 	reported   map[string]string
 	cordonSeen map[string]time.Time
+	// leading gates the state gauges: a standby replica tracks surges from its informers too, but only
+	// the leader reports them, so that summing over replicas counts each surge once.
+	leading bool
+}
+
+// setLeading starts (or stops) reporting the gauges.
+func (s *state) setLeading(leading bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leading = leading
+	s.updateSurgeGauges()
+	s.updateNodeGauges()
 }
 
 func newState(m *metrics.Metrics) *state {
@@ -65,7 +77,6 @@ func (s *state) untrack(ref workload.Ref) bool {
 	_, ok := s.tracked[ref]
 	if ok {
 		delete(s.tracked, ref)
-		s.metrics.SurgeStartTime.DeleteLabelValues(ref.Namespace, ref.Name, string(ref.Kind))
 		s.updateSurgeGauges()
 	}
 	return ok
@@ -90,6 +101,10 @@ func (s *state) surges() []trackedSurge {
 
 func (s *state) updateSurgeGauges() {
 	s.metrics.SurgesActive.Reset()
+	s.metrics.SurgeStartTime.Reset()
+	if !s.leading {
+		return
+	}
 	for _, t := range s.tracked {
 		s.metrics.SurgesActive.WithLabelValues(t.pool, string(t.ref.Kind)).Inc()
 		if !t.start.IsZero() {
@@ -113,8 +128,15 @@ func (s *state) setNode(node string, st *nodeStats) {
 	} else {
 		s.watched[node] = *st
 	}
+	s.updateNodeGauges()
+}
+
+func (s *state) updateNodeGauges() {
 	s.metrics.BlockedPods.Reset()
 	s.metrics.UnresolvableBlocks.Reset()
+	if !s.leading {
+		return
+	}
 	for _, n := range s.watched {
 		s.metrics.BlockedPods.WithLabelValues(n.pool).Add(float64(n.blocked))
 		for reason, count := range n.unresolvable {
