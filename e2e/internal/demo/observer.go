@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -59,8 +58,13 @@ type Scope struct {
 // Entry is one line of the timeline.
 type Entry struct {
 	// At is the time since the observer started.
-	At   time.Duration
-	What string
+	At time.Duration
+	// Source is what the entry is about: "event", "node", "pool", "pod", "deployment",
+	// "statefulset", "InferenceService", "LLMInferenceService", "availability", "sampling" or "note".
+	Source string
+	// Reason is the Event's reason for Source "event".
+	Reason string
+	What   string
 }
 
 func (e Entry) String() string { return fmt.Sprintf("%+7.1fs  %s", e.At.Seconds(), e.What) }
@@ -94,7 +98,7 @@ func (a Availability) String() string {
 type Observer struct {
 	scope       Scope
 	start       time.Time
-	live        io.Writer
+	live        func(Entry)
 	podSelector labels.Selector
 	pods        corelisters.PodLister
 
@@ -108,8 +112,9 @@ type Observer struct {
 }
 
 // Observe starts watching until ctx is done and returns once the informers have synced. live,
-// when not nil, receives every timeline entry as it happens.
-func Observe(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, mcfg mcfgclientset.Interface, scope Scope, live io.Writer) (*Observer, error) {
+// when not nil, is called with every timeline entry as it happens (with the observer's lock held:
+// it must not call the observer).
+func Observe(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, mcfg mcfgclientset.Interface, scope Scope, live func(Entry)) (*Observer, error) {
 	podSel, err := labels.Parse(scope.PodSelector)
 	if err != nil {
 		return nil, fmt.Errorf("pod selector: %w", err)
@@ -211,7 +216,7 @@ func (o *Observer) Elapsed() time.Duration { return time.Since(o.start) }
 func (o *Observer) Note(format string, args ...any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.append(fmt.Sprintf(format, args...))
+	o.append(Entry{Source: "note", What: fmt.Sprintf(format, args...)})
 }
 
 // Timeline returns the entries so far.
@@ -332,7 +337,8 @@ func (o *Observer) eventHandler(keep func(*corev1.Event) bool) cache.ResourceEve
 		if e.Type == corev1.EventTypeWarning {
 			typ = " (Warning)"
 		}
-		o.append(fmt.Sprintf("Event %s%s on %s %s: %s", e.Reason, typ, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message))
+		o.append(Entry{Source: "event", Reason: e.Reason,
+			What: fmt.Sprintf("Event %s%s on %s %s: %s", e.Reason, typ, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)})
 	}}
 }
 
@@ -342,15 +348,16 @@ func (o *Observer) record(key, summary string) {
 		return
 	}
 	o.last[key] = summary
-	o.append(key + ": " + summary)
+	source, _, _ := strings.Cut(key, " ")
+	o.append(Entry{Source: source, What: key + ": " + summary})
 }
 
 // append adds an entry; o.mu must be held.
-func (o *Observer) append(what string) {
-	e := Entry{At: time.Since(o.start), What: what}
+func (o *Observer) append(e Entry) {
+	e.At = time.Since(o.start)
 	o.timeline = append(o.timeline, e)
 	if o.live != nil {
-		fmt.Fprintln(o.live, e.String())
+		o.live(e)
 	}
 }
 
@@ -442,10 +449,10 @@ func nodeSummary(n *corev1.Node) string {
 		s = fmt.Sprintf("targeted for update %s -> %s", cur, des)
 	case des != cur && desiredDrain == mcosim.DrainRequest(des) && applied == desiredDrain:
 		s = "drained, rebooting into " + des
+	case desiredDrain == mcosim.UncordonRequest(des) && applied != desiredDrain:
+		s = "rebooted into " + des + ", uncordoning"
 	case des != cur:
 		s = fmt.Sprintf("updating %s -> %s (state %s)", cur, des, state)
-	case desiredDrain == mcosim.UncordonRequest(cur) && applied != desiredDrain:
-		s = "rebooted into " + cur + ", uncordoning"
 	case state == mcosim.StateDone:
 		s = "updated, runs " + cur
 	default:
