@@ -102,10 +102,7 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 	kind := string(s.target.Ref.Kind)
 	switch action.Kind {
 	case guardian.ActMarkReady:
-		next := *rec
-		now := metav1.NewTime(obs.Now)
-		next.ReadyTime = &now
-		if done, err := c.write(ctx, carrier, workload.RecordPatch(carrier, &next), "record the Ready replacement"); !done {
+		if done, err := c.stamp(ctx, s, "record the Ready replacement", func(r *workload.Record, now *metav1.Time) { r.ReadyTime = now }, obs.Now); !done {
 			return 0, err
 		}
 		took := obs.Now.Sub(rec.StartTime.Time)
@@ -114,10 +111,7 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 			"%d replacement replica(s) Ready off node %s after %s", rec.Delta, rec.Node, took.Round(time.Second))
 		return 0, nil
 	case guardian.ActMarkResolved:
-		next := *rec
-		now := metav1.NewTime(obs.Now)
-		next.ResolvedTime = &now
-		if done, err := c.write(ctx, carrier, workload.RecordPatch(carrier, &next), "record the resolved stall"); !done {
+		if done, err := c.stamp(ctx, s, "record the resolved stall", func(r *workload.Record, now *metav1.Time) { r.ResolvedTime = now }, obs.Now); !done {
 			return 0, err
 		}
 		c.observeResolved(rec, kind, obs.Now)
@@ -166,6 +160,14 @@ func (c *Controller) completeSurge(ctx context.Context, s *surge) (time.Duration
 	c.event(s.target.ObjectReference(), corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
 		"%s changed by someone else before the surge was written: not surging", describeFields(s.rec.Fields))
 	return 0, nil
+}
+
+// stamp records a moment of the surge's life in its record.
+func (c *Controller) stamp(ctx context.Context, s *surge, what string, set func(*workload.Record, *metav1.Time), at time.Time) (bool, error) {
+	next := *s.rec
+	now := metav1.NewTime(at)
+	set(&next, &now)
+	return c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), what)
 }
 
 func (c *Controller) ignoreGone(_ bool, err error) (time.Duration, error) {
