@@ -225,8 +225,8 @@ func (s *scenario) holds(d time.Duration, what string, cond func() error) {
 	if failure != nil {
 		s.fatalf("expected %s: %v", what, failure)
 	}
-	if !wait.Interrupted(err) {
-		s.fatalf("checking %s: %v", what, err)
+	if !wait.Interrupted(err) || s.ctx.Err() != nil {
+		s.fatalf("checking %s: %v (scenario context: %v)", what, err, s.ctx.Err())
 	}
 }
 

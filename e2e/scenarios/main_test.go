@@ -1,10 +1,3 @@
-// Package scenarios runs drain-guardian end to end: a real control plane (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, kwok), the MachineConfig operator and KServe simulators,
-// and the drain-guardian binary as a separate process with the shipped RBAC. Each scenario has its
-// own namespace, MachineConfigPool and nodes, and its own guardian watching only that pool.
-//
-// The suite needs the binaries of the test bed (built on first use, several minutes) and is skipped
-// with -short.
 package scenarios
 
 import (
