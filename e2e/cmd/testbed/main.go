@@ -5,6 +5,8 @@
 //	testbed status   tell whether it runs and what it serves
 //	testbed down     stop exactly what up started
 //	testbed serve    run it in the foreground (what up starts, detached)
+//	testbed demo     the newcomer's demo on a private control plane: a stalled pool update resolved
+//	                 by drain-guardian with no downtime, as a live timeline and a verdict
 //
 // State lives in <repo>/.cluster (override with --dir): the admin kubeconfig, the guardian's
 // kubeconfig, component logs in logs/ and the supervisor's log in testbed.log. Binaries are always
@@ -35,6 +37,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/build"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
 )
@@ -53,7 +56,7 @@ func main() {
 	fs := flag.NewFlagSet("testbed", flag.ExitOnError)
 	dirFlag := fs.String("dir", "", "state directory (default <repo>/.cluster)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: testbed [--dir DIR] up|down|status|serve\n")
+		fmt.Fprintf(fs.Output(), "usage: testbed [--dir DIR] up|down|status|serve|demo\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
@@ -82,6 +85,10 @@ func main() {
 		err = tb.status()
 	case "serve":
 		err = tb.serve()
+	case "demo":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = demo.Run(ctx, os.Stdout, root)
+		stop()
 	default:
 		fs.Usage()
 		os.Exit(2)
