@@ -112,7 +112,7 @@ func TestDeployment(t *testing.T) {
 	if d := s.deployment("model"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("deployment replicas %v after restore, want 1", d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "ReplacementReady", "PodEvicted", "SurgeRestored")
 	s.forbidEvents("SurgeFailed", "ExternalChange")
 }
 
@@ -145,7 +145,7 @@ func testInferenceService(t *testing.T, name, class string) {
 	if d := s.deployment(isvc + "-predictor"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("predictor replicas %v after restore, want 1", d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "ReplacementReady", "PodEvicted", "SurgeRestored")
 	s.forbidEvents("SurgeFailed", "ExternalChange")
 }
 
@@ -332,7 +332,8 @@ func TestGuardianKilledMidSurge(t *testing.T) {
 	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireSingleSurge()
 }
 
 // TestLLMInferenceServiceReplicasUnset: an LLMInferenceService without spec.replicas (one replica
@@ -378,7 +379,7 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	if got := specJSON(after); got != before {
 		t.Errorf("LLMInferenceService spec not restored:\nbefore %s\nafter  %s", before, got)
 	}
-	s.requireEvents("SurgeStarted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
 }
 
 // TestStatefulSet: a single-replica StatefulSet is surged to two ordinals; its pod 0 is evicted,
@@ -421,7 +422,7 @@ func TestStatefulSet(t *testing.T) {
 	if got := get(); *got.Spec.Replicas != 1 {
 		t.Errorf("statefulset replicas %d after restore, want 1", *got.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
 }
 
 // TestLeaderKilled: two guardians elect a leader; the leader is SIGKILLed in the middle of a surge
@@ -464,5 +465,19 @@ func TestLeaderKilled(t *testing.T) {
 	s.assertAvailable()
 	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
+	}
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireSingleSurge()
+}
+
+// requireSingleSurge fails unless exactly one surge was started: a guardian that takes over (after
+// a crash or a failover) must resume the recorded surge, not start another.
+func (s *scenario) requireSingleSurge() {
+	s.t.Helper()
+	if started := s.events()["SurgeStarted"]; len(started) != 1 {
+		for _, e := range started {
+			s.t.Logf("SurgeStarted at %v: %s", e.FirstTimestamp.Time, e.Message)
+		}
+		s.t.Errorf("%d SurgeStarted Events, want exactly 1", len(started))
 	}
 }
