@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
 )
@@ -73,6 +75,15 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 			fmt.Fprintf(out, "state and logs kept in %s\n", dir)
 		}
 	}()
+
+	// client-go's informers log through the global klog; the demo's output is for the timeline.
+	klogFile, err := os.Create(filepath.Join(dir, "klog.log"))
+	if err != nil {
+		return err
+	}
+	defer klogFile.Close()
+	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(klogFile))))
+	defer klog.ClearLogger()
 
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	say("drain-guardian demo: TIME_SCALE=%g (the MachineConfig operator runs %.0fx faster than on a real cluster)", scale, 1/scale)
@@ -142,7 +153,7 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 	if err := g.WaitReady(ctx, time.Minute); err != nil {
 		return err
 	}
-	say("drain-guardian runs (pid %d) with the shipped RBAC; its log: %s", g.Pid(), guardianLog)
+	say("drain-guardian runs (pid %d) with the shipped RBAC; its log: %s (kept if the demo fails)", g.Pid(), guardianLog)
 
 	say("")
 	say("updating pool %s to rendered-gpu-workers-2; timeline (seconds since the update):", demoPool)
