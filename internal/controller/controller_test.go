@@ -353,7 +353,9 @@ func TestExternalChangeDuringSurgeIsKept(t *testing.T) {
 	if _, ok := got.Annotations[workload.RecordAnnotation]; ok {
 		t.Fatal("record not dropped")
 	}
-	requireEvent(t, h.events(), "Normal", ReasonExternalChange, "spec.replicas", "now 4")
+	evs := h.events()
+	requireEvent(t, evs, "Normal", ReasonExternalChange, "spec.replicas", "now 4")
+	requireEvent(t, evs, "Normal", ReasonSurgeRestored, "spec.replicas kept as changed by someone else")
 }
 
 func TestDryRunWritesNothing(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -338,20 +339,24 @@ func (c *Controller) finishRestore(s *surge, kept []workload.Field, reason strin
 	case failed && reason == guardian.ReasonMaxDuration:
 		c.metrics.StallsFailed.WithLabelValues(rec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
-			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(rec))
+			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(rec, kept...))
 	case failed:
 		c.metrics.StallsFailed.WithLabelValues(rec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,
-			"Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", rec.Node, reason, describeRestore(rec), rec.BlockedPod)
+			"Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", rec.Node, reason, describeRestore(rec, kept...), rec.BlockedPod)
 	default:
 		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
-			"Restored %s (%s) after %s", describeRestore(rec), reason, obs.Now.Sub(rec.StartTime.Time).Round(time.Second))
+			"Restored %s (%s) after %s", describeRestore(rec, kept...), reason, obs.Now.Sub(rec.StartTime.Time).Round(time.Second))
 	}
 }
 
-func describeRestore(rec *workload.Record) string {
+func describeRestore(rec *workload.Record, kept ...workload.Field) string {
 	parts := make([]string, 0, len(rec.Fields))
 	for _, f := range rec.Fields {
+		if slices.ContainsFunc(kept, func(k workload.Field) bool { return k.Path == f.Path }) {
+			parts = append(parts, fmt.Sprintf("%s kept as changed by someone else", fieldName(f.Path)))
+			continue
+		}
 		to := "unset"
 		if f.Original != nil {
 			to = fmt.Sprint(*f.Original)
