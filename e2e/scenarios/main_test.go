@@ -9,11 +9,21 @@ import (
 	"testing"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 )
 
 // defaultTimeScale makes the MachineConfig operator simulator 20 times faster than the real MCO:
 // a node's drain retries every 3 s and its reboot lasts 3 s.
 const defaultTimeScale = 0.05
+
+// llmNilKeepsCountEnv selects the KServe release the simulator imitates: "true" for OpenShift AI 3.4
+// and newer, where an absent LLMInferenceService replica count keeps the Deployment's count; unset or
+// "false" for 3.3, where it means one. Only one simulator can own the LLMInferenceServices of a
+// cluster, so `make e2e` runs the LLMInferenceService scenario once more with it set.
+const llmNilKeepsCountEnv = "E2E_LLM_NIL_KEEPS_COUNT"
+
+// llmNilKeepsCount is the semantics this run's simulator follows.
+var llmNilKeepsCount bool
 
 // testBed is shared by every scenario of the binary: starting a control plane takes tens of
 // seconds.
@@ -38,12 +48,22 @@ func run(m *testing.M) int {
 		}
 		scale = v
 	}
+	if v := os.Getenv(llmNilKeepsCountEnv); v != "" {
+		keep, err := strconv.ParseBool(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: want true or false\n", llmNilKeepsCountEnv, v)
+			return 2
+		}
+		llmNilKeepsCount = keep
+	}
 	dir, err := os.MkdirTemp("", "drain-guardian-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	testBed, err = demo.StartTestBed(context.Background(), demo.TestBedConfig{Dir: dir, TimeScale: scale, Out: os.Stderr})
+	testBed, err = demo.StartTestBed(context.Background(), demo.TestBedConfig{
+		Dir: dir, TimeScale: scale, Out: os.Stderr, KServe: kservesim.Options{LLMNilKeepsCount: llmNilKeepsCount},
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the test bed: %v\n", err)
 		return 1

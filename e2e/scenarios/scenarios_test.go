@@ -17,6 +17,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
 )
 
@@ -364,7 +365,12 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	s.createModelPDB(demo.MinAvailablePDB(s.ns, name, app))
 	before := specJSON(s.getUnstructured(demo.LLMInferenceServices, name))
 
-	s.startGuardian("--kserve-llm-nil-semantics=one")
+	// Up to OpenShift AI 3.3 the guardian must be told; from 3.4 it sees v1alpha2 served and knows.
+	semantics := "--kserve-llm-nil-semantics=one"
+	if llmNilKeepsCount {
+		semantics = "--kserve-llm-nil-semantics=auto"
+	}
+	s.startGuardian(semantics)
 	s.obs.StartSampling()
 	s.updatePool()
 	s.waitPoolUpdated()
@@ -380,6 +386,14 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 		t.Errorf("LLMInferenceService spec not restored:\nbefore %s\nafter  %s", before, got)
 	}
 	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	if llmNilKeepsCount {
+		// 3.4: removing the field at once would have kept two replicas; the restore first wrote the
+		// original count, waited for the scale-down, then removed it.
+		dep := s.deployment(kservesim.MainDeploymentName(name))
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+			t.Errorf("workload Deployment has %v replicas after restore, want 1", dep.Spec.Replicas)
+		}
+	}
 }
 
 // TestStatefulSet: a single-replica StatefulSet is surged to two ordinals; its pod 0 is evicted,
