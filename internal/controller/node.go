@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
@@ -88,7 +89,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 			continue
 		}
 		stats.blocked++
-		retry, unresolvable, err := c.handleBlocked(ctx, node, stats.pool, drain, b)
+		retry, unresolvable, err := c.handleBlocked(ctx, stall{node: node, pool: stats.pool, drain: drain, Blocked: b})
 		if unresolvable != "" {
 			stats.unresolvable[unresolvable]++
 		}
@@ -124,36 +125,48 @@ func (c *Controller) inScope(namespace string) bool {
 	return c.nsSelector.Matches(labels.Set(ns.Labels)) && !workload.IgnoredByAnnotation(ns.Annotations)
 }
 
+// stall is one blocked pod on a node about to be drained.
+type stall struct {
+	node  *corev1.Node
+	pool  string
+	drain guardian.NodeDrain
+	blocking.Blocked
+}
+
+// key names a one-off report about this stall (see state.once).
+func (st stall) key(reason string) string {
+	return fmt.Sprintf("%s/%s/%s/%s", reason, st.Pod.UID, st.node.Name, st.drain.Drain)
+}
+
+// unresolvable reports, once per stall, a blocked pod that no surge will help, and returns the reason
+// for the unresolvable-pods gauge.
+func (c *Controller) unresolvable(st stall, regarding runtime.Object, kind, eventReason, metricReason, format string, args ...any) string {
+	if c.state.once(st.node.Name, st.key(eventReason)) {
+		c.event(regarding, corev1.EventTypeWarning, eventReason, actionReport, format, args...)
+		c.metrics.StallsFailed.WithLabelValues(st.pool, kind, metricReason).Inc()
+	}
+	return metricReason
+}
+
 // handleBlocked deals with one blocked pod. It returns when to look again, the reason the pod is
 // unresolvable (for the gauge), and an error to retry with backoff.
-func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool string, drain guardian.NodeDrain, b blocking.Blocked) (time.Duration, string, error) {
-	pod := b.Pod
-	log := c.log.With(zap.String("node", node.Name), zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("pdb", b.PDB.Name))
-	onceKey := func(reason string) string { return fmt.Sprintf("%s/%s/%s/%s", reason, pod.UID, node.Name, drain.Drain) }
-
+func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration, string, error) {
+	pod, node := st.Pod, st.node
 	target, err := c.store.Resolve(pod)
 	var unsup *workload.UnsupportedError
 	if errors.As(err, &unsup) {
-		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
-			c.event(pod, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
-				"Pod blocks the drain of node %s (PDB %s allows no disruption) and cannot be surged: %s", node.Name, b.PDB.Name, unsup.Detail)
-			c.metrics.StallsFailed.WithLabelValues(pool, "Pod", guardian.ReasonUnsupported).Inc()
-		}
-		return 0, guardian.ReasonUnsupported, nil
+		return 0, c.unresolvable(st, pod, "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+			"Pod blocks the drain of node %s (PDB %s allows no disruption) and cannot be surged: %s", node.Name, st.PDB.Name, unsup.Detail), nil
 	}
 	if err != nil {
 		return 0, "", err
 	}
 	obj, err := c.store.Get(target.Ref)
 	if apierrors.IsForbidden(err) && target.Ref.ViaScale() {
-		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
-			gv, _ := schema.ParseGroupVersion(target.Ref.APIVersion)
-			c.event(pod, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
-				"Pod blocks the drain of node %s; its owner %s %s has a /scale subresource, but the guardian may not use it: grant get and patch on %s/scale in API group %q",
-				node.Name, target.Ref.Kind, target.Ref.Name, target.Ref.Resource, gv.Group)
-			c.metrics.StallsFailed.WithLabelValues(pool, string(target.Ref.Kind), guardian.ReasonUnsupported).Inc()
-		}
-		return 0, guardian.ReasonUnsupported, nil
+		gv, _ := schema.ParseGroupVersion(target.Ref.APIVersion)
+		return 0, c.unresolvable(st, pod, string(target.Ref.Kind), ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+			"Pod blocks the drain of node %s; its owner %s %s has a /scale subresource, but the guardian may not use it: grant get and patch on %s/scale in API group %q",
+			node.Name, target.Ref.Kind, target.Ref.Name, target.Ref.Resource, gv.Group), nil
 	}
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.Ref, err)
@@ -169,7 +182,7 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		return 0, "", fmt.Errorf("reading %s: %w", target.PodOwner, err)
 	}
 	if obj.Ignored() || carrier.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
-		log.Debug("workload opted out", zap.Stringer("workload", target.Ref))
+		c.log.Debug("workload opted out", zap.Stringer("workload", target.Ref), zap.String("node", node.Name))
 		return 0, "", nil
 	}
 	rec, err := carrier.Record()
@@ -182,53 +195,48 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		c.enqueueWorkload(carrier.Ref)
 		return 0, "", nil
 	}
-	if f := carrier.Failure(); f != nil && f.Node == node.Name && f.Drain == drain.Drain {
+	if f := carrier.Failure(); f != nil && f.Node == node.Name && f.Drain == st.drain.Drain {
 		// This very stall was surged before and the surge failed; it was reported then.
 		return 0, f.Reason, nil
 	}
 	kind := string(target.Ref.Kind)
 	ref := obj.ObjectReference()
-	delta, why := blocking.SurgeNeeded(b.PDB)
-	if b.MultiplePDBs {
+	delta, why := blocking.SurgeNeeded(st.PDB)
+	if st.MultiplePDBs {
 		why = blocking.ReasonMultiplePDBs
 	}
 	if why != "" {
-		if c.state.once(node.Name, onceKey(ReasonUnsatisfiablePDB)) {
-			c.event(ref, corev1.EventTypeWarning, ReasonUnsatisfiablePDB, actionReport,
-				"PDB %s blocks the drain of node %s and no surge can satisfy it (%s): pod %s stays; fix the PDB or move the pod by hand",
-				b.PDB.Name, node.Name, describePDB(b.PDB, why), pod.Name)
-			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonUnsatisfiable).Inc()
-		}
-		return 0, guardian.ReasonUnsatisfiable, nil
+		return 0, c.unresolvable(st, ref, kind, ReasonUnsatisfiablePDB, guardian.ReasonUnsatisfiable,
+			"PDB %s blocks the drain of node %s and no surge can satisfy it (%s): pod %s stays; fix the PDB or move the pod by hand",
+			st.PDB.Name, node.Name, describePDB(st.PDB, why), pod.Name), nil
 	}
 	fields, err := workload.PlanSurge(obj, target.Component, owner.Replicas, delta, c.kserve.nilKeepsCount())
 	if errors.As(err, &unsup) {
-		if c.state.once(node.Name, onceKey(ReasonUnsupportedOwner)) {
-			c.event(ref, corev1.EventTypeWarning, ReasonUnsupportedOwner, actionReport,
-				"Pod %s blocks the drain of node %s and is not surged: %s", pod.Name, node.Name, unsup.Detail)
-			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonUnsupported).Inc()
-		}
-		return 0, guardian.ReasonUnsupported, nil
+		return 0, c.unresolvable(st, ref, kind, ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+			"Pod %s blocks the drain of node %s and is not surged: %s", pod.Name, node.Name, unsup.Detail), nil
 	}
 	if err != nil {
 		return 0, "", err
 	}
-	if fit, ok := blocking.FitsElsewhere(pod, c.candidates()); !ok {
-		if c.state.once(node.Name, onceKey(ReasonNoCapacity)) {
-			c.event(ref, corev1.EventTypeWarning, ReasonNoCapacity, actionReport,
-				"Pod %s blocks the drain of node %s, but no other schedulable node can fit a replacement (requests, taints, affinity): not surging",
-				pod.Name, node.Name)
-			c.metrics.StallsFailed.WithLabelValues(pool, kind, guardian.ReasonNoCapacity).Inc()
-		}
-		return deferRetry, guardian.ReasonNoCapacity, nil
-	} else {
-		log.Debug("replacement fits", zap.String("candidate", fit))
+	if _, ok := blocking.FitsElsewhere(pod, c.candidates()); !ok {
+		// Capacity may free up (another workload scaling down, a node joining): look again later.
+		return deferRetry, c.unresolvable(st, ref, kind, ReasonNoCapacity, guardian.ReasonNoCapacity,
+			"Pod %s blocks the drain of node %s, but no other schedulable node can fit a replacement (requests, taints, affinity): not surging",
+			pod.Name, node.Name), nil
 	}
+	return c.startSurge(ctx, st, target, obj, carrier, owner, fields, delta)
+}
 
+// startSurge persists the record and raises the fields (or, for a record kept on another object,
+// persists the record for the next steps), unless --max-concurrent-surges is reached or in dry-run.
+func (c *Controller) startSurge(ctx context.Context, st stall, target *workload.Target, obj, carrier *workload.Object,
+	owner *workload.PodOwnerState, fields []workload.Field, delta int32) (time.Duration, string, error) {
+	pod, node := st.Pod, st.node
+	ref, kind := obj.ObjectReference(), string(target.Ref.Kind)
 	c.surgeMu.Lock()
 	defer c.surgeMu.Unlock()
 	if active := len(c.state.surges()); active >= c.opts.MaxConcurrentSurge {
-		if c.state.once(node.Name, onceKey(ReasonSurgeDeferred)) {
+		if c.state.once(node.Name, st.key(ReasonSurgeDeferred)) {
 			c.event(ref, corev1.EventTypeNormal, ReasonSurgeDeferred, actionSurge,
 				"Pod %s blocks the drain of node %s; %d surges are active (--max-concurrent-surges=%d): waiting",
 				pod.Name, node.Name, active, c.opts.MaxConcurrentSurge)
@@ -240,21 +248,21 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 		return 0, "", err
 	}
 	now := metav1.NewTime(c.clock.Now())
-	rec = &workload.Record{
-		Version: workload.RecordVersion, Fields: fields, PodOwner: target.PodOwner, Node: node.Name, Pool: pool,
-		Trigger: string(drain.Trigger), Drain: drain.Drain, BlockedPod: pod.Name, PDB: b.PDB.Name,
+	rec := &workload.Record{
+		Version: workload.RecordVersion, Fields: fields, PodOwner: target.PodOwner, Node: node.Name, Pool: st.pool,
+		Trigger: string(st.drain.Trigger), Drain: st.drain.Drain, BlockedPod: pod.Name, PDB: st.PDB.Name,
 		Delta: delta, ReadyBefore: readyElsewhere(pods, node.Name), StartTime: now,
 	}
 	detected, verb := ReasonStallDetected, "blocks the drain of"
-	if drain.Trigger == guardian.TriggerMCOTargeted {
+	if st.drain.Trigger == guardian.TriggerMCOTargeted {
 		detected, verb = ReasonStallPredicted, "would block the coming drain of"
 	}
 	change := describeFields(fields)
 	if c.opts.DryRun {
-		if c.state.once(node.Name, onceKey(ReasonDryRun)) {
+		if c.state.once(node.Name, st.key(ReasonDryRun)) {
 			c.event(ref, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
-				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, verb, node.Name, b.PDB.Name, change)
-			c.metrics.StallsDetected.WithLabelValues(pool, kind, string(drain.Trigger)).Inc()
+				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, verb, node.Name, st.PDB.Name, change)
+			c.metrics.StallsDetected.WithLabelValues(st.pool, kind, string(st.drain.Trigger)).Inc()
 		}
 		return 0, "", nil
 	}
@@ -267,12 +275,12 @@ func (c *Controller) handleBlocked(ctx context.Context, node *corev1.Node, pool 
 	if err := c.store.Patch(ctx, carrier.Ref, patch); err != nil {
 		return 0, "", fmt.Errorf("surging %s: %w", target.Ref, err)
 	}
-	c.metrics.StallsDetected.WithLabelValues(pool, kind, string(drain.Trigger)).Inc()
+	c.metrics.StallsDetected.WithLabelValues(st.pool, kind, string(st.drain.Trigger)).Inc()
 	c.event(ref, corev1.EventTypeNormal, detected, actionDetect,
-		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, b.PDB.Name)
+		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, st.PDB.Name)
 	c.event(ref, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 		"Surging %s so that a replacement runs elsewhere before node %s drains", change, node.Name)
-	c.state.track(trackedSurge{ref: carrier.Ref, node: node.Name, pool: pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
+	c.state.track(trackedSurge{ref: carrier.Ref, target: obj.Ref, node: node.Name, pool: st.pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
 	c.enqueueWorkload(carrier.Ref)
 	return 0, "", nil
 }
