@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	mcfgfake "github.com/openshift/client-go/machineconfiguration/clientset/versioned/fake"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -558,4 +560,45 @@ func TestPodUnderTwoPDBsIsReportedNotSurged(t *testing.T) {
 		t.Fatalf("surged a pod the Eviction API refuses whatever the budgets: %v", w)
 	}
 	requireEvent(t, h.events(), "Warning", ReasonUnsatisfiablePDB, "more than one PDB")
+}
+
+// On plain Kubernetes (no MachineConfigPool API) MCO detection is off; --cordoned-nodes still finds a
+// drain once a node has been cordoned for the grace period, and the surge is restored on uncordon.
+func TestPlainKubernetesCordonTrigger(t *testing.T) {
+	cordoned := gpuNode("w1")
+	cordoned.Annotations = nil
+	cordoned.Spec.Unschedulable = true
+	objs := append([]runtime.Object{namespace(ns), cordoned, gpuNode("w2"), pdb(0, 1, 1)}, model(1, "w1")...)
+
+	off := restart(t, nil, fake.NewClientset(objs...), mcfgfake.NewClientset())
+	if off.c.pools != nil {
+		t.Fatal("MCO detection on although the cluster serves no MachineConfigPools")
+	}
+	off.syncNode("w1")
+	if w := off.writes(); len(w) != 0 {
+		t.Fatalf("acted on a cordoned node without --cordoned-nodes: %v", w)
+	}
+
+	h := restart(t, func(o *options.Options) { o.CordonedNodes = true; o.CordonGracePeriod = time.Minute },
+		fake.NewClientset(objs...), mcfgfake.NewClientset())
+	if after := h.syncNode("w1"); after <= 0 || len(h.writes()) != 0 {
+		t.Fatalf("acted before the grace period (recheck after %v, writes %v)", after, h.writes())
+	}
+	h.clock.Step(time.Minute)
+	h.syncNode("w1")
+	d := h.deployment(ns, "model")
+	if *d.Spec.Replicas != 2 || recordOf(t, d.Annotations).Trigger != "Cordoned" {
+		t.Fatalf("no surge for a node cordoned past the grace period (replicas %d)", *d.Spec.Replicas)
+	}
+	n, _ := h.kube.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	n.Spec.Unschedulable = false
+	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.syncWorkload(depRef)
+	if d := h.deployment(ns, "model"); *d.Spec.Replicas != 1 {
+		t.Fatalf("not restored after the uncordon: replicas %d", *d.Spec.Replicas)
+	}
+	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "Uncordoned")
 }

@@ -119,8 +119,10 @@ func (h *harness) refresh() {
 	fill(f.Apps().V1().StatefulSets().Informer().GetIndexer(), toObjs(sss.Items))
 	hpas, _ := h.kube.AutoscalingV2().HorizontalPodAutoscalers("").List(ctx, metav1.ListOptions{})
 	fill(f.Autoscaling().V2().HorizontalPodAutoscalers().Informer().GetIndexer(), toObjs(hpas.Items))
-	pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
-	fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
+	if h.c.mcoFactory != nil {
+		pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
+		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
+	}
 }
 
 func toObjs[T any, PT interface {
