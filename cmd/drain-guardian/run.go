@@ -67,19 +67,26 @@ func run(ctx context.Context, opts *options.Options) error {
 		return err
 	}
 
-	g, ctx := errgroup.WithContext(ctx)
+	// Bind both endpoints before anything runs: a bad address fails at once, and /metrics accepts
+	// scrapes by the time /readyz says ready.
 	var metricsTLS *server.TLSOptions
 	var authClient kubernetes.Interface
 	if opts.MetricsSecure {
 		metricsTLS = &server.TLSOptions{CertDir: opts.MetricsCertDir}
 		authClient = kube
 	}
-	g.Go(func() error {
-		return server.ServeMetrics(ctx, log, opts.MetricsBindAddress, m.Registry, authClient, metricsTLS)
-	})
-	g.Go(func() error {
-		return server.Serve(ctx, log, "health", opts.HealthProbeBindAddress, server.Health(ctrl.Ready), nil)
-	})
+	metricsSrv, err := server.ListenMetrics(opts.MetricsBindAddress, m.Registry, authClient, metricsTLS, log)
+	if err != nil {
+		return err
+	}
+	healthSrv, err := server.Listen("health", opts.HealthProbeBindAddress, server.Health(ctrl.Ready), nil)
+	if err != nil {
+		return err
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return metricsSrv.Serve(ctx, log) })
+	g.Go(func() error { return healthSrv.Serve(ctx, log) })
 	g.Go(func() error {
 		if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 			return err

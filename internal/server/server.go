@@ -28,27 +28,48 @@ import (
 // MetricsPath is the path Prometheus scrapes; callers need `get` on this non-resource URL.
 const MetricsPath = "/metrics"
 
-// Serve runs an HTTP server on addr until ctx ends. addr "0" disables it.
-func Serve(ctx context.Context, log *zap.Logger, name, addr string, handler http.Handler, tlsConfig *tls.Config) error {
+// Server is one HTTP endpoint, already listening.
+type Server struct {
+	name string
+	ln   net.Listener
+	srv  *http.Server
+	tls  bool
+}
+
+// Listen binds addr now, so that a bad address fails at start-up and the endpoint accepts connections
+// before the daemon reports ready. addr "0" or "" disables the endpoint: Listen returns nil.
+func Listen(name, addr string, handler http.Handler, tlsConfig *tls.Config) (*Server, error) {
 	if addr == "0" || addr == "" {
-		return nil
+		return nil, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%s endpoint: %w", name, err)
+		return nil, fmt.Errorf("%s endpoint: %w", name, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
+	return &Server{name: name, ln: ln, srv: srv, tls: tlsConfig != nil}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until ctx ends. A nil Server (a disabled endpoint) returns at once.
+func (s *Server) Serve(ctx context.Context, log *zap.Logger) error {
+	if s == nil {
+		return nil
+	}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(shutdown)
+		_ = s.srv.Shutdown(shutdown)
 	}()
-	log.Info("serving", zap.String("endpoint", name), zap.String("address", ln.Addr().String()), zap.Bool("tls", tlsConfig != nil))
-	if tlsConfig != nil {
-		err = srv.ServeTLS(ln, "", "")
+	log.Info("serving", zap.String("endpoint", s.name), zap.String("address", s.Addr()), zap.Bool("tls", s.tls))
+	var err error
+	if s.tls {
+		err = s.srv.ServeTLS(s.ln, "", "")
 	} else {
-		err = srv.Serve(ln)
+		err = s.srv.Serve(s.ln)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -62,17 +83,17 @@ type TLSOptions struct {
 	CertDir string
 }
 
-// ServeMetrics serves the registry on addr until ctx ends: over TLS with token authentication and
-// authorization when tlsOpts is set, plain otherwise.
-func ServeMetrics(ctx context.Context, log *zap.Logger, addr string, reg *prometheus.Registry, auth kubernetes.Interface, tlsOpts *TLSOptions) error {
+// ListenMetrics binds the metrics endpoint: over TLS with token authentication and authorization when
+// tlsOpts is set, plain otherwise.
+func ListenMetrics(addr string, reg *prometheus.Registry, auth kubernetes.Interface, tlsOpts *TLSOptions, log *zap.Logger) (*Server, error) {
 	var cfg *tls.Config
 	if tlsOpts != nil {
 		var err error
 		if cfg, err = TLSConfig(tlsOpts.CertDir, "drain-guardian"); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return Serve(ctx, log, "metrics", addr, Metrics(reg, auth, log), cfg)
+	return Listen("metrics", addr, Metrics(reg, auth, log), cfg)
 }
 
 // Health serves /healthz (the process is alive) and /readyz (ready() is true).

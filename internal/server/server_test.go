@@ -99,3 +99,21 @@ func TestSelfSignedTLSConfig(t *testing.T) {
 		t.Fatalf("an empty cert dir must be an error naming the flag, got %v", err)
 	}
 }
+
+func TestListenBindsAtOnceAndNamesTheEndpointOnError(t *testing.T) {
+	s, err := Listen("health", "127.0.0.1:0", Health(func() bool { return true }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Accepting connections before Serve: the kernel queues them on the bound socket.
+	if _, err := Listen("metrics", s.Addr(), http.NotFoundHandler(), nil); err == nil || !strings.Contains(err.Error(), "metrics endpoint") {
+		t.Fatalf("binding a taken address: %v, want an error naming the metrics endpoint", err)
+	}
+	if off, err := Listen("metrics", "0", http.NotFoundHandler(), nil); off != nil || err != nil {
+		t.Fatalf(`address "0" must disable the endpoint, got %v, %v`, off, err)
+	}
+	var disabled *Server
+	if err := disabled.Serve(t.Context(), zap.NewNop()); err != nil {
+		t.Fatalf("serving a disabled endpoint: %v", err)
+	}
+}
