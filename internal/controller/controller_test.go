@@ -483,8 +483,15 @@ func TestWorkloadDeletedDuringSurgeDropsTheSurgeWithoutErrors(t *testing.T) {
 	if v := testutil.ToFloat64(h.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 0 {
 		t.Fatalf("surges_active = %v after deletion", v)
 	}
-	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("", "Deployment", "WorkloadDeleted")); v != 1 {
+	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", "WorkloadDeleted")); v != 1 {
 		t.Fatalf("stalls_failed_total{WorkloadDeleted} = %v", v)
+	}
+	requireEvent(t, h.events(), "Warning", ReasonWorkloadDeleted, "deleted during its surge for node w1")
+	if after := h.syncWorkload(depRef); after != 0 {
+		t.Fatalf("a deleted workload is requeued on the next sync: %v", after)
+	}
+	if evs := h.events(); len(evs) != 0 {
+		t.Fatalf("the deletion was reported again: %v", evs)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,11 +39,15 @@ func withInferenceService(t *testing.T, h *harness, dyn *dynamicfake.FakeDynamic
 	}
 	refresh = func() {
 		h.refresh()
+		var items []any
 		u, err := dyn.Resource(isvcGVR).Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
-		if err != nil {
+		switch {
+		case err == nil:
+			items = append(items, u)
+		case !apierrors.IsNotFound(err):
 			t.Fatal(err)
 		}
-		if err := idx.Replace([]any{u}, ""); err != nil {
+		if err := idx.Replace(items, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,4 +167,28 @@ func TestInferenceServiceChangedBeforeTheSurgeWasWrittenIsLeftAlone(t *testing.T
 		t.Fatal("record not dropped")
 	}
 	requireEvent(t, h.events(), "Normal", ReasonExternalChange, "not surging")
+}
+
+func TestInferenceServiceDeletedDuringTheSurgeDropsTheRecord(t *testing.T) {
+	h := newHarness(t, nil, predictorOf(stalled())...)
+	dyn := kserveClient(inferenceService(map[string]any{"predictor": map[string]any{}}))
+	refresh := withInferenceService(t, h, dyn)
+	h.syncNode("w1")
+	refresh()
+	h.syncWorkload(depRef) // fields written
+	if err := dyn.Resource(isvcGVR).Namespace(ns).Delete(context.Background(), "llm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	if after := h.syncWorkload(depRef); after != 0 {
+		t.Fatalf("requeued after the InferenceService was deleted: %v", after)
+	}
+	if _, ok := h.deployment(ns, "model").Annotations[workload.RecordAnnotation]; ok {
+		t.Fatal("record of a deleted InferenceService left on its Deployment")
+	}
+	requireEvent(t, h.events(), "Warning", ReasonWorkloadDeleted, "InferenceService "+ns+"/llm was deleted during its surge")
+	refresh()
+	if after := h.syncWorkload(depRef); after != 0 || len(h.events()) != 0 {
+		t.Fatal("the deletion is handled again on the next sync")
+	}
 }

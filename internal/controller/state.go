@@ -82,6 +82,13 @@ func (s *state) untrack(ref workload.Ref) bool {
 	return ok
 }
 
+func (s *state) get(ref workload.Ref) (trackedSurge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tracked[ref]
+	return t, ok
+}
+
 func (s *state) isTracked(ref workload.Ref) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

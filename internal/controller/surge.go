@@ -33,9 +33,11 @@ const leaveFirstCost = "-1000"
 func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.Duration, error) {
 	carrier, err := c.store.Get(ref)
 	if apierrors.IsNotFound(err) {
-		if c.state.untrack(ref) {
-			c.log.Warn("surged workload was deleted; its surge record went with it", zap.Stringer("workload", ref))
-			c.metrics.StallsFailed.WithLabelValues("", string(ref.Kind), guardian.ReasonPodOwnerGone).Inc()
+		if t, ok := c.state.get(ref); ok {
+			c.state.untrack(ref)
+			c.metrics.StallsFailed.WithLabelValues(t.pool, string(ref.Kind), guardian.ReasonPodOwnerGone).Inc()
+			c.event(ref.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
+				"%s was deleted during its surge for node %s: its surge record went with it, nothing is left to restore", ref, t.node)
 		}
 		return 0, nil
 	}
@@ -55,9 +57,14 @@ func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.D
 	if rec.Target != nil {
 		if s.target, err = c.store.Get(*rec.Target); apierrors.IsNotFound(err) {
 			// The surged object is gone (its Deployment follows by garbage collection): drop the record.
-			c.metrics.StallsFailed.WithLabelValues(rec.Pool, string(rec.Target.Kind), guardian.ReasonPodOwnerGone).Inc()
+			if done, err := c.write(ctx, carrier, workload.FinishPatch(carrier, nil), "drop the record of a deleted "+string(rec.Target.Kind)); !done {
+				return c.ignoreGone(done, err)
+			}
 			c.state.untrack(ref)
-			return c.ignoreGone(c.write(ctx, carrier, workload.FinishPatch(carrier, nil), "drop the record of a deleted "+string(rec.Target.Kind)))
+			c.metrics.StallsFailed.WithLabelValues(rec.Pool, string(rec.Target.Kind), guardian.ReasonPodOwnerGone).Inc()
+			c.event(rec.Target.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
+				"%s was deleted during its surge for node %s: surge record dropped from %s", *rec.Target, rec.Node, ref)
+			return 0, nil
 		} else if err != nil {
 			return 0, err
 		}

@@ -42,6 +42,21 @@ type Ref struct {
 	Resource   string `json:"resource,omitempty"`
 }
 
+// apiVersions are the versions Events name the known kinds by.
+var apiVersions = map[Kind]string{
+	KindDeployment: "apps/v1", KindStatefulSet: "apps/v1", KindHPA: "autoscaling/v2",
+	KindInferenceService: KServeGroup + "/v1beta1", KindLLMInferenceService: KServeGroup + "/v1alpha1",
+}
+
+// ObjectReference is the reference Events about the object are recorded against, also once it is gone.
+func (r Ref) ObjectReference() *corev1.ObjectReference {
+	apiVersion := r.APIVersion
+	if apiVersion == "" {
+		apiVersion = apiVersions[r.Kind]
+	}
+	return &corev1.ObjectReference{Kind: string(r.Kind), APIVersion: apiVersion, Namespace: r.Namespace, Name: r.Name, UID: r.UID}
+}
+
 // ViaScale reports whether the object is scaled through its /scale subresource.
 func (r Ref) ViaScale() bool { return r.Resource != "" }
 
@@ -86,10 +101,9 @@ func metav1Accessor(obj runtime.Object) (metav1.Object, error) {
 
 // ObjectReference is the reference Events on this object are recorded against.
 func (o *Object) ObjectReference() *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		Kind: string(o.Ref.Kind), APIVersion: o.APIVersion, Namespace: o.Ref.Namespace, Name: o.Ref.Name,
-		UID: o.Ref.UID, ResourceVersion: o.Meta.GetResourceVersion(),
-	}
+	ref := o.Ref.ObjectReference()
+	ref.APIVersion, ref.ResourceVersion = o.APIVersion, o.Meta.GetResourceVersion()
+	return ref
 }
 
 // Int reads the integer at a JSON pointer; ok is false when it is absent or not an integer.

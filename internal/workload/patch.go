@@ -148,13 +148,6 @@ func PlanRestore(obj *Object, rec *Record, reason string, failure *Failure) Rest
 	return step
 }
 
-// DropRecordPatch removes the record without touching any field.
-func DropRecordPatch(obj *Object) []byte {
-	p := newPatch(obj)
-	p.removeAnnotation(RecordAnnotation)
-	return p.bytes()
-}
-
 // The patches below serve surges whose record lives on another object than the fields they change
 // (Record.Target). Each write is one level-driven step; a crash between two steps is resumed from the
 // record.

@@ -91,7 +91,7 @@ func TestPatchFailsOnChangedResourceVersion(t *testing.T) {
 		"surge":   SurgePatch(obj, rec),
 		"record":  RecordPatch(obj, rec),
 		"restore": PlanRestore(obj, rec, "PoolUpdated", nil).Patch,
-		"drop":    DropRecordPatch(obj),
+		"drop":    FinishPatch(obj, nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			assertTestsResourceVersion(t, data, "42")
@@ -343,7 +343,7 @@ func TestPlanRestoreTwoSteps(t *testing.T) {
 	}
 }
 
-func TestRecordAndDropRecordPatch(t *testing.T) {
+func TestRecordAndFinishPatch(t *testing.T) {
 	rec := testRecord(Field{Path: "/spec/replicas", Original: i64(1), Set: 2})
 	orig := testObject(t, KindDeployment, "42", map[string]string{"team": "ml"}, `{"replicas": 1}`)
 	surged := applyPatch(t, orig, SurgePatch(orig, rec))
@@ -360,15 +360,15 @@ func TestRecordAndDropRecordPatch(t *testing.T) {
 		t.Errorf("RecordPatch changed replicas to %d", n)
 	}
 
-	dropped := applyPatch(t, updated, DropRecordPatch(updated))
+	dropped := applyPatch(t, updated, FinishPatch(updated, nil))
 	if _, ok := dropped.Meta.GetAnnotations()[RecordAnnotation]; ok {
-		t.Error("record still present after DropRecordPatch")
+		t.Error("record still present after FinishPatch")
 	}
 	if dropped.Meta.GetAnnotations()["team"] != "ml" {
-		t.Errorf("annotations after DropRecordPatch = %v, want team=ml kept", dropped.Meta.GetAnnotations())
+		t.Errorf("annotations after FinishPatch = %v, want team=ml kept", dropped.Meta.GetAnnotations())
 	}
 	if n, _ := dropped.Int("/spec/replicas"); n != 2 {
-		t.Errorf("DropRecordPatch changed replicas to %d", n)
+		t.Errorf("FinishPatch changed replicas to %d", n)
 	}
 }
 
