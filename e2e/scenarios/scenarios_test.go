@@ -202,7 +202,14 @@ func TestNoFreeGPU(t *testing.T) {
 	s.startGuardian()
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitEvent(time.Minute, "NoCapacity", corev1.EventTypeWarning)
+	s.assertReportedNotSurged("NoCapacity")
+}
+
+// assertReportedNotSurged waits for the Warning Event with reason, then checks for a while that the
+// model Deployment is not surged, and that it stayed available.
+func (s *scenario) assertReportedNotSurged(reason string) {
+	s.t.Helper()
+	s.waitEvent(time.Minute, reason, corev1.EventTypeWarning)
 	s.holds(5*time.Second, "the deployment is not surged", func() error {
 		if d := s.deployment("model"); *d.Spec.Replicas != 1 || hasSurgeRecord(d.Annotations) {
 			return fmt.Errorf("replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
@@ -304,15 +311,7 @@ func TestUnsatisfiablePDB(t *testing.T) {
 	s.startGuardian()
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitEvent(time.Minute, "UnsatisfiablePDB", corev1.EventTypeWarning)
-	s.holds(5*time.Second, "the deployment is not surged", func() error {
-		if d := s.deployment("model"); *d.Spec.Replicas != 1 || hasSurgeRecord(d.Annotations) {
-			return fmt.Errorf("replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
-		}
-		return nil
-	})
-	s.forbidEvents("SurgeStarted")
-	s.assertAvailable()
+	s.assertReportedNotSurged("UnsatisfiablePDB")
 }
 
 // TestGuardianKilledMidSurge: the guardian is SIGKILLed while a surge waits for its replacement; a
