@@ -208,6 +208,8 @@ func finished(cfg Config, o Observation) (string, bool) {
 		}
 		return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
 	}
+	// The node is done with its update, whichever config it ended on: the pool's target may have moved
+	// on during the rollout, or been reverted, and either way no drain of this node is coming.
 	s := mco.ReadNode(o.Node)
-	return ReasonNodeUpdated, s.Updated() && !s.Targeted() && !o.Node.Spec.Unschedulable && s.CurrentConfig == strings.TrimPrefix(r.Drain, "drain-")
+	return ReasonNodeUpdated, s.Updated() && !s.Targeted() && !o.Node.Spec.Unschedulable
 }

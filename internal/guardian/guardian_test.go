@@ -233,14 +233,15 @@ func TestDecide(t *testing.T) {
 			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
 		},
 		{
-			name: "restore=node: node runs another config than the drain's",
+			// The pool's target moved on during the rollout: the node is done all the same.
+			name: "restore=node: node ended on another config than the drain's",
 			cfg:  func(c *Config) { c.RestoreOnNode = true },
 			rec: func(r *workload.Record) {
 				readyAndResolved(r)
 				r.Drain = "rendered-c"
 			},
 			obs:  func(o *Observation) { o.Node = updatedNode() },
-			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+			want: Action{Kind: ActRestore, Reason: ReasonNodeUpdated},
 		},
 		{
 			name: "restore=node: node still draining",
