@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -608,4 +609,27 @@ func TestPlainKubernetesCordonTrigger(t *testing.T) {
 		t.Fatalf("not restored after the uncordon: replicas %d", *d.Spec.Replicas)
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "Uncordoned")
+}
+
+func TestTwoBlockedPodsOfOneWorkloadAreOneSurge(t *testing.T) {
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), gpuNode("w3"), workerPool(true), pdb(0, 2, 2)}
+	objs[len(objs)-1].(*policyv1.PodDisruptionBudget).Spec.MinAvailable = ptr.To(intstr.FromInt32(2))
+	objs[len(objs)-1].(*policyv1.PodDisruptionBudget).Status.DesiredHealthy = 2
+	h := newHarness(t, nil, append(objs, model(2, "w1", "w1")...)...)
+	h.syncNode("w1")
+	patches := 0
+	for _, w := range h.writes() {
+		if w == "patch deployments" {
+			patches++
+		}
+	}
+	if patches != 1 {
+		t.Fatalf("%d surge writes for one workload with two blocked pods, want 1", patches)
+	}
+	if got := *h.deployment(ns, "model").Spec.Replicas; got != 3 {
+		t.Fatalf("replicas = %d, want 3 (minAvailable 2 needs one more healthy replica)", got)
+	}
+	if v := testutil.ToFloat64(h.metrics.BlockedPods.WithLabelValues("worker")); v != 2 {
+		t.Fatalf("blocked_pods = %v, want both pods counted", v)
+	}
 }

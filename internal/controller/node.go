@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
@@ -84,12 +85,26 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	}
 	var after time.Duration
 	var errs []error
+	// Several blocked pods of one workload are one stall: the first decides for all of them (a second
+	// surge attempt would only meet the first one's write as a conflict).
+	decided := map[types.UID]string{}
 	for _, b := range blocking.Find(live, pdbs) {
 		if !c.inScope(b.Pod.Namespace) {
 			continue
 		}
 		stats.blocked++
+		var owner types.UID
+		if ctrl := metav1.GetControllerOf(b.Pod); ctrl != nil {
+			owner = ctrl.UID
+		}
+		if reason, ok := decided[owner]; ok && owner != "" {
+			if reason != "" {
+				stats.unresolvable[reason]++
+			}
+			continue
+		}
 		retry, unresolvable, err := c.handleBlocked(ctx, stall{node: node, pool: stats.pool, drain: drain, Blocked: b})
+		decided[owner] = unresolvable
 		if unresolvable != "" {
 			stats.unresolvable[unresolvable]++
 		}
