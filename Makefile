@@ -7,7 +7,9 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/drain-guardian/drain-guardian/internal/version.Version=$(VERSION) \
              -X github.com/drain-guardian/drain-guardian/internal/version.Revision=$(REVISION)
 IMAGE     ?= quay.io/drain-guardian/drain-guardian:$(VERSION)
-E2E_FLAGS ?= -v -timeout 45m
+# -count=1: the suite runs bin/drain-guardian and the control-plane binaries, which go test's result
+# cache cannot see; a cached pass could hide a change to the daemon.
+E2E_FLAGS ?= -v -count=1 -timeout 45m
 
 .PHONY: help build unit lint test-rules e2e test bench demo cluster-up cluster-down image clean
 
@@ -33,7 +35,7 @@ e2e: build ## End-to-end suite on a real local control plane (builds it once, mi
 	cd e2e && $(GO) test $(E2E_FLAGS) ./...
 	@# One KServe simulator owns a cluster's LLMInferenceServices: the OpenShift AI 3.4+ meaning of an
 	@# absent replica count gets a run of its own.
-	cd e2e && E2E_LLM_NIL_KEEPS_COUNT=true $(GO) test $(E2E_FLAGS) -count=1 -run '^TestLLMInferenceService' ./scenarios/
+	cd e2e && E2E_LLM_NIL_KEEPS_COUNT=true $(GO) test $(E2E_FLAGS) -run '^TestLLMInferenceService' ./scenarios/
 
 test: lint unit test-rules e2e ## Everything CI runs: lint, unit tests, alert tests, end-to-end suite
 
