@@ -592,7 +592,13 @@ func TestPlainKubernetesCordonTrigger(t *testing.T) {
 	if after := h.syncNode("w1"); after <= 0 || len(h.writes()) != 0 {
 		t.Fatalf("acted before the grace period (recheck after %v, writes %v)", after, h.writes())
 	}
-	h.clock.Step(time.Minute)
+	// A sync in the middle of the grace period (a pod event, a resync) does not restart it.
+	h.clock.Step(30 * time.Second)
+	h.syncNode("w1")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("acted before the grace period: %v", w)
+	}
+	h.clock.Step(30 * time.Second)
 	h.syncNode("w1")
 	d := h.deployment(ns, "model")
 	if *d.Spec.Replicas != 2 || recordOf(t, d.Annotations).Trigger != "Cordoned" {

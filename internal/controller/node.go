@@ -33,6 +33,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.state.setNode(name, nil)
+		c.state.forgetCordon(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -47,13 +48,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	var seen time.Time
 	if node.Spec.Unschedulable {
 		seen = c.state.firstCordonSeen(name, now)
+	} else {
+		c.state.forgetCordon(name)
 	}
 	drain := guardian.NodeTrigger(c.cfg, node, pool, now, seen)
 	if drain.Trigger == "" {
 		c.state.setNode(name, nil)
-		if node.Spec.Unschedulable {
-			c.state.firstCordonSeen(name, now)
-		}
 		return drain.RecheckAfter, nil
 	}
 	stats := &nodeStats{unresolvable: map[string]int{}}

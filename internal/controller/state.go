@@ -90,9 +90,7 @@ func (s *state) get(ref workload.Ref) (trackedSurge, bool) {
 }
 
 func (s *state) isTracked(ref workload.Ref) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.tracked[ref]
+	_, ok := s.get(ref)
 	return ok
 }
 
@@ -126,7 +124,6 @@ func (s *state) setNode(node string, st *nodeStats) {
 	defer s.mu.Unlock()
 	if st == nil {
 		delete(s.watched, node)
-		delete(s.cordonSeen, node)
 		for k, n := range s.reported {
 			if n == node {
 				delete(s.reported, k)
@@ -174,7 +171,14 @@ func (s *state) once(node, key string) bool {
 	return true
 }
 
-// firstCordonSeen returns when this process first saw node cordoned.
+// forgetCordon forgets when node was first seen cordoned: it is schedulable again, or gone.
+func (s *state) forgetCordon(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cordonSeen, node)
+}
+
+// firstCordonSeen returns when this process first saw node cordoned (since it was last schedulable).
 func (s *state) firstCordonSeen(node string, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
