@@ -205,6 +205,19 @@ func TestNoFreeGPU(t *testing.T) {
 	s.assertReportedNotSurged("NoCapacity")
 }
 
+// assertRestoredOnce waits until the model Deployment's one surge is restored to one replica, and
+// checks it stayed available throughout.
+func (s *scenario) assertRestoredOnce() {
+	s.t.Helper()
+	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deploymentAnnotations()), nil }, selectorOf(modelLabels), 1)
+	s.assertAvailable()
+	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
+		s.t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
+	}
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireSingleSurge()
+}
+
 // assertReportedNotSurged waits for the Warning Event with reason, then checks for a while that the
 // model Deployment is not surged, and that it stayed available.
 func (s *scenario) assertReportedNotSurged(reason string) {
@@ -327,13 +340,7 @@ func TestGuardianKilledMidSurge(t *testing.T) {
 	g.Kill()
 	s.startGuardian()
 	s.waitPoolUpdated()
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deploymentAnnotations()), nil }, selectorOf(modelLabels), 1)
-	s.assertAvailable()
-	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
-		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
-	}
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
-	s.requireSingleSurge()
+	s.assertRestoredOnce()
 }
 
 // TestLLMInferenceServiceReplicasUnset: an LLMInferenceService without spec.replicas (one replica
@@ -474,13 +481,7 @@ func TestLeaderKilled(t *testing.T) {
 	}
 	s.note("the standby (pid %d) leads", standby.Pid())
 	s.waitPoolUpdated()
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deploymentAnnotations()), nil }, selectorOf(modelLabels), 1)
-	s.assertAvailable()
-	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
-		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
-	}
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
-	s.requireSingleSurge()
+	s.assertRestoredOnce()
 }
 
 // requireSingleSurge fails unless exactly one surge was started: a guardian that takes over (after
