@@ -81,8 +81,9 @@ func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 			return
 		}
 		ref := workload.Ref{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUID()}
-		if _, ok := m.GetAnnotations()[workload.RecordAnnotation]; ok || c.state.isTracked(ref) {
-			if !c.state.isTracked(ref) {
+		tracked := c.state.isTracked(ref)
+		if _, ok := m.GetAnnotations()[workload.RecordAnnotation]; ok || tracked {
+			if !tracked {
 				c.state.track(trackedSurge{ref: ref})
 			}
 			c.enqueueWorkload(ref)
