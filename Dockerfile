@@ -23,6 +23,7 @@ ENV GOCACHE=/cache/go-build GOMODCACHE=/cache/go-mod
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/cache/go-mod go mod download
 
+COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
 # A static binary (no cgo) runs on the distroless base, which has no libc.

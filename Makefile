@@ -10,22 +10,47 @@ IMAGE     ?= quay.io/drain-guardian/drain-guardian:$(VERSION)
 # -count=1: the suite runs bin/drain-guardian and the control-plane binaries, which go test's result
 # cache cannot see; a cached pass could hide a change to the daemon.
 E2E_FLAGS ?= -v -count=1 -timeout 45m
+# Build tools, each pinned in its own module under tools/ so that the daemon's module does not depend
+# on them; `go tool` builds them on first use and caches the binaries.
+# controller-gen runs from its module's directory: paths are relative to tools/controller-gen.
+CONTROLLER_GEN = cd tools/controller-gen && $(GO) tool controller-gen
+CONTROLLER_GEN_ARGS = object crd:crdVersions=v1 paths=../../api/...
+CRD_DIR   := manifests/base/crd
+# golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
+GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build unit lint test-rules e2e test bench demo cluster-up cluster-down image clean
+.PHONY: help build generate verify-generate unit lint test-rules e2e test bench demo cluster-up cluster-down image clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## Build bin/drain-guardian
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/drain-guardian
 
+generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go and the Surge CRD in manifests/base/crd
+	$(CONTROLLER_GEN) $(CONTROLLER_GEN_ARGS) output:crd:dir=$(CURDIR)/$(CRD_DIR)
+
+# Generates into a temporary directory and compares, so that a change to api/ without `make
+# generate` fails. (output:object:dir puts every package's file in one directory: fine while api/
+# has one package.)
+verify-generate: ## Fail if the generated deepcopy code or CRD is stale
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	( $(CONTROLLER_GEN) $(CONTROLLER_GEN_ARGS) output:object:dir=$$tmp/object output:crd:dir=$$tmp/crd ) || exit 1; \
+	stale=0; \
+	diff -u api/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go || stale=1; \
+	diff -ru $(CRD_DIR) $$tmp/crd || stale=1; \
+	if [ $$stale = 0 ]; then echo "generated files are up to date"; \
+	else echo "generated files are stale: run make generate" >&2; exit 1; fi
+
 unit: ## Unit tests of the daemon, manifests and dashboard (no cluster needed)
 	$(GO) test -v -race ./...
 
-lint: ## gofmt and go vet, for both modules
-	@out=$$(gofmt -l cmd internal manifests dashboards e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+lint: verify-generate ## gofmt, go vet and golangci-lint for both modules; generated files up to date
+	@out=$$(gofmt -l api cmd internal manifests dashboards e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+	cd e2e && $(GOLANGCI_LINT) run ./...
 
 test-rules: ## promtool checks and unit tests of the alerting rules
 	promtool check rules manifests/prometheus/drain-guardian.rules.yaml

@@ -140,7 +140,13 @@ type server struct {
 
 func newServer(t *testing.T, kind, version string) *server {
 	t.Helper()
-	in := internal(t, crd(t, kind))
+	return serverFor(t, internal(t, crd(t, kind)), version)
+}
+
+// serverFor is newServer for any CRD.
+func serverFor(t *testing.T, in *apiextensions.CustomResourceDefinition, version string) *server {
+	t.Helper()
+	kind := in.Spec.Names.Kind
 	var props *apiextensions.JSONSchemaProps
 	for _, v := range in.Spec.Versions {
 		if v.Name == version && v.Schema != nil {

@@ -5,7 +5,11 @@
 // shipped RBAC (and the README's table) says so too.
 package rbac
 
-import rbacv1 "k8s.io/api/rbac/v1"
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+)
 
 var (
 	readOnly  = []string{"get", "list", "watch"}
@@ -30,6 +34,12 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// Surges are the guardian's only persisted state, one per surged workload: created before the
+		// target's fields are written, deleted once they are restored (a failed one is kept). Only this
+		// ServiceAccount may write them; namespace users read them through drain-guardian-surges-reader.
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
+		// A Surge's phase, reason and times are written through its status subresource; its spec is immutable.
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges/status"}, Verbs: []string{"update"}},
 		// TokenReview and SubjectAccessReview authenticate and authorize scrapes of the metrics endpoint.
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},

@@ -38,8 +38,15 @@ var openshiftCRDs = []string{
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// installCRDs applies the OpenShift MachineConfiguration CRDs and every CRD found in e2e/crds (the
-// KServe ones), then waits until all are Established.
+// localCRDDirs hold the other CRDs the test bed installs, relative to the repository root: the KServe
+// ones written for the tests, and the guardian's own Surge CRD exactly as manifests/base ships it.
+var localCRDDirs = []string{
+	filepath.Join("e2e", "crds"),
+	filepath.Join("manifests", "base", "crd"),
+}
+
+// installCRDs applies the OpenShift MachineConfiguration CRDs and every CRD found in localCRDDirs,
+// then waits until all are Established.
 func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 	var files []string
 	dir, err := cp.openshiftAPIDir(ctx)
@@ -49,18 +56,19 @@ func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 	for _, f := range openshiftCRDs {
 		files = append(files, filepath.Join(dir, "machineconfiguration", "v1", "zz_generated.crd-manifests", f))
 	}
-	local := filepath.Join(cp.repoRoot, "e2e", "crds")
-	err = filepath.WalkDir(local, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+	for _, local := range localCRDDirs {
+		err = filepath.WalkDir(filepath.Join(cp.repoRoot, local), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
-			files = append(files, path)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
 	}
 
 	var names []string

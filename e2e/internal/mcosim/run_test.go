@@ -146,9 +146,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func (c *fakeCluster) pool(t *testing.T, name string) *mcfgv1.MachineConfigPool {
+func (c *fakeCluster) workerPool(t *testing.T) *mcfgv1.MachineConfigPool {
 	t.Helper()
-	p, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Get(context.Background(), name, metav1.GetOptions{})
+	p, err := c.mcfg.MachineconfigurationV1().MachineConfigPools().Get(context.Background(), WorkerPool, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,9 +258,9 @@ func TestRunRollsOutAPoolThroughABlockedDrain(t *testing.T) {
 	timeline := watchNodes(t, c, next)
 	c.start(t, 0.01)
 
-	eventually(t, 60*time.Second, "the pool to be Updated", func() bool { return PoolUpdated(c.pool(t, WorkerPool)) })
+	eventually(t, 60*time.Second, "the pool to be Updated", func() bool { return PoolUpdated(c.workerPool(t)) })
 
-	status := c.pool(t, WorkerPool).Status
+	status := c.workerPool(t).Status
 	if status.MachineCount != 3 || status.UpdatedMachineCount != 3 || status.ReadyMachineCount != 3 ||
 		status.UnavailableMachineCount != 0 || status.DegradedMachineCount != 0 {
 		t.Errorf("final pool status counts = %+v", status)
@@ -328,10 +328,10 @@ func TestRunPausedPool(t *testing.T) {
 	c.start(t, 0.01)
 
 	eventually(t, 30*time.Second, "the paused pool's status", func() bool {
-		s := c.pool(t, WorkerPool).Status
+		s := c.workerPool(t).Status
 		return s.ObservedGeneration == pool.Generation && s.MachineCount == 2 && s.UpdatedMachineCount == 1
 	})
-	p := c.pool(t, WorkerPool)
+	p := c.workerPool(t)
 	if cond := condition(p.Status, mcfgv1.MachineConfigPoolUpdating); cond == nil || cond.Status != corev1.ConditionFalse {
 		t.Errorf("Updating = %+v, want False on a paused pool", cond)
 	}
@@ -369,7 +369,7 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 
 	eventually(t, 30*time.Second, "the node and the pool to be Degraded", func() bool {
 		n := c.node(t, "w1")
-		pool := c.pool(t, WorkerPool)
+		pool := c.workerPool(t)
 		return n.Annotations[StateAnnotation] == StateDegraded &&
 			poolConditionTrue(pool.Status.Conditions, mcfgv1.MachineConfigPoolDegraded)
 	})
@@ -380,7 +380,7 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 	if !DrainInProgress(n) || !n.Spec.Unschedulable {
 		t.Errorf("degraded node: drain in progress %v, cordoned %v; want both", DrainInProgress(n), n.Spec.Unschedulable)
 	}
-	if s := c.pool(t, WorkerPool).Status; s.DegradedMachineCount != 1 {
+	if s := c.workerPool(t).Status; s.DegradedMachineCount != 1 {
 		t.Errorf("degradedMachineCount = %d, want 1", s.DegradedMachineCount)
 	}
 	eventually(t, 30*time.Second, "DrainThresholdExceeded and DrainFailed Events on the node", func() bool {
@@ -406,12 +406,12 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 	})
 
 	blocked.Store(false)
-	eventually(t, 30*time.Second, "the pool to be Updated", func() bool { return PoolUpdated(c.pool(t, WorkerPool)) })
+	eventually(t, 30*time.Second, "the pool to be Updated", func() bool { return PoolUpdated(c.workerPool(t)) })
 	n = c.node(t, "w1")
 	if !NodeUpdatedTo(n, next) || n.Annotations[ReasonAnnotation] != "" || n.Spec.Unschedulable {
 		t.Errorf("after recovery: annotations %v, cordoned %v", n.Annotations, n.Spec.Unschedulable)
 	}
-	if poolConditionTrue(c.pool(t, WorkerPool).Status.Conditions, mcfgv1.MachineConfigPoolDegraded) {
+	if poolConditionTrue(c.workerPool(t).Status.Conditions, mcfgv1.MachineConfigPoolDegraded) {
 		t.Error("pool still Degraded after the node updated")
 	}
 	c.mu.Lock()
