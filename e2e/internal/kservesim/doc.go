@@ -15,11 +15,35 @@
 //     spec.prefill.replicas. What an absent field means depends on the
 //     release being imitated; see [Options].
 //
-// Every write is a forced server-side apply with field manager "kserve-sim":
-// like KServe's reconcilers, the simulator owns the fields it sets and puts
-// them back on the next reconcile when someone else changes them (a direct
-// edit of the Deployment's replicas or of the HPA's bounds is reverted; the
-// guardian has to scale through the InferenceService or LLMInferenceService).
+// InferenceServices are written the way KServe's raw-deployment reconcilers
+// write (see reconcilePredictor and reconcileHPA for the upstream sources),
+// which decides what survives on the objects the guardian meets:
+//
+//   - The predictor Deployment is created when missing. Otherwise it is left
+//     untouched while its spec matches the desired one (replicas ignored
+//     unless the class is "none"), so annotations and labels others put on
+//     it survive; when the spec differs, a strategic merge patch from the
+//     whole existing object to the desired one is sent, which also deletes
+//     every annotation and label KServe did not set. Deployment events
+//     reconcile their InferenceService, so with class "none" a direct change
+//     of the replica count is reverted at once (and the foreign metadata
+//     with it). With "keda" a stand-in for KEDA holds the count at
+//     minReplicas through the scale subresource; with "hpa" and "external"
+//     the simulator leaves the count alone.
+//   - The HPA is created when missing and overwritten with a full update
+//     (spec and metadata) whenever its InferenceService is reconciled; HPA
+//     events reconcile nothing,
+//     so a direct edit of the HPA stays until the InferenceService is next
+//     reconciled for another reason.
+//   - The InferenceService's annotations (but a few KServe filters out) are
+//     copied to the Deployment and its pod template: annotating the
+//     InferenceService rolls the predictor's pods.
+//
+// The guardian therefore has to scale through the InferenceService. The
+// LLMInferenceService Deployments and all status writes are forced
+// server-side applies with field manager "kserve-sim": an edit of a field
+// the simulator sets is put back on the next reconcile, and fields it does
+// not set are left alone.
 //
 // What is not simulated: Services, routes, ServingRuntimes, transformers and
 // explainers, multi-node workloads (spec.predictor.workerSpec, spec.worker),

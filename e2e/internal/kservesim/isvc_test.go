@@ -2,6 +2,7 @@ package kservesim
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
 // object decodes a JSON test object as the informers deliver it (whole
@@ -127,8 +129,10 @@ func TestInferenceServiceReplicaOwnership(t *testing.T) {
 		class     string // "" = annotation absent
 		predictor string
 		wantErr   bool
-		// wantReplicas nil: the apply leaves .spec.replicas out.
-		wantReplicas     *int32
+		// wantReplicas nil: the desired Deployment leaves .spec.replicas out.
+		wantReplicas *int32
+		// wantKEDA: the count held in place of KEDA.
+		wantKEDA         *int32
 		wantHPA          bool
 		wantMin, wantMax int32
 	}{
@@ -141,7 +145,8 @@ func TestInferenceServiceReplicaOwnership(t *testing.T) {
 		{name: "none min absent means 1", class: "none", predictor: ``, wantReplicas: ptr(1)},
 		{name: "none follows min", class: "none", predictor: `"minReplicas": 2, "maxReplicas": 2`, wantReplicas: ptr(2)},
 		{name: "none min 0", class: "none", predictor: `"minReplicas": 0`, wantReplicas: ptr(0)},
-		{name: "keda holds min without HPA", class: "keda", predictor: `"minReplicas": 2, "maxReplicas": 5`, wantReplicas: ptr(2)},
+		{name: "keda holds min without HPA", class: "keda", predictor: `"minReplicas": 2, "maxReplicas": 5`, wantKEDA: ptr(2)},
+		{name: "keda min absent means 1", class: "keda", predictor: ``, wantKEDA: ptr(1)},
 		{name: "external leaves replicas alone", class: "external", predictor: `"minReplicas": 3`},
 		{name: "unknown class", class: "kpa", predictor: ``, wantErr: true},
 	}
@@ -172,6 +177,9 @@ func TestInferenceServiceReplicaOwnership(t *testing.T) {
 				t.Errorf("replicas = %d, want the field left to its owner", *d.Spec.Replicas)
 			case tt.wantReplicas != nil && (d.Spec.Replicas == nil || *d.Spec.Replicas != *tt.wantReplicas):
 				t.Errorf("replicas = %v, want %d", d.Spec.Replicas, *tt.wantReplicas)
+			}
+			if k := got.KEDAReplicas; (k == nil) != (tt.wantKEDA == nil) || (k != nil && *k != *tt.wantKEDA) {
+				t.Errorf("KEDA stand-in count = %v, want %v", fmtPtr(k), fmtPtr(tt.wantKEDA))
 			}
 			if !tt.wantHPA {
 				if got.HPA != nil {
@@ -254,3 +262,220 @@ func TestInferenceServiceContainers(t *testing.T) {
 }
 
 func ptr(i int32) *int32 { return &i }
+
+// predictorFor builds the desired predictor Deployment of an InferenceService
+// of the given class, as the API server returns it from a dry run: with the
+// identity of the stored object.
+func predictorFor(t *testing.T, class, predictor string) *appsv1.Deployment {
+	t.Helper()
+	got, err := inferenceServiceObjects(object(t, isvcJSON(`{"serving.kserve.io/autoscalerClass": "`+class+`", "owner": "me"}`, predictor)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := got.Deployment.DeepCopy()
+	d.UID, d.ResourceVersion, d.Generation = "dep-uid", "42", 7
+	return d
+}
+
+const sklearnPredictor = `{"minReplicas": 1, "model": {"modelFormat": {"name": "sklearn"},
+  "resources": {"requests": {"cpu": "1"}}}}`
+
+// stored returns desired as someone else left it on the cluster: a foreign
+// annotation and label, the Deployment controller's revision, a status and
+// the given replica count.
+func stored(desired *appsv1.Deployment, replicas int32) *appsv1.Deployment {
+	d := desired.DeepCopy()
+	d.Annotations["someone.example/note"] = "mine"
+	d.Annotations["deployment.kubernetes.io/revision"] = "1"
+	d.Labels["someone.example/label"] = "mine"
+	d.Spec.Replicas = &replicas
+	d.Status.Replicas = replicas
+	return d
+}
+
+func TestPredictorSpecEqual(t *testing.T) {
+	for _, class := range []string{"hpa", "external", "keda"} {
+		desired := predictorFor(t, class, sklearnPredictor)
+		desired.Spec.Replicas = ptr(1) // the dry run defaults it
+		if !predictorSpecEqual(stored(desired, 3), desired) {
+			t.Errorf("class %s: foreign metadata or another replica count made the specs differ", class)
+		}
+	}
+
+	none := predictorFor(t, "none", sklearnPredictor)
+	if !predictorSpecEqual(stored(none, 1), none) {
+		t.Error("class none: foreign metadata made the specs differ")
+	}
+	if predictorSpecEqual(stored(none, 3), none) {
+		t.Error("class none: replicas 3 against minReplicas 1 compared equal")
+	}
+
+	// Quantities compare by value: "1" and "1000m" are the same request.
+	milli := stored(predictorFor(t, "hpa", sklearnPredictor), 1)
+	milli.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1000m")
+	if !predictorSpecEqual(milli, predictorFor(t, "hpa", sklearnPredictor)) {
+		t.Error("cpu 1000m and 1 compared different")
+	}
+
+	changed := predictorFor(t, "hpa", sklearnPredictor)
+	changed.Spec.Template.Annotations["owner"] = "you"
+	if predictorSpecEqual(stored(predictorFor(t, "hpa", sklearnPredictor), 1), changed) {
+		t.Error("a changed pod annotation compared equal")
+	}
+}
+
+// applyPatch applies a strategic merge patch to a Deployment as the API
+// server would.
+func applyPatch(t *testing.T, d *appsv1.Deployment, patch []byte) *appsv1.Deployment {
+	t.Helper()
+	raw, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := strategicpatch.StrategicMergePatch(raw, patch, appsv1.Deployment{})
+	if err != nil {
+		t.Fatalf("applying %s: %v", patch, err)
+	}
+	res := &appsv1.Deployment{}
+	if err := json.Unmarshal(out, res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestPredictorPatch(t *testing.T) {
+	tests := []struct {
+		name         string
+		class        string
+		existingRepl int32
+		// wantReplicas is the count after the patch; patchReplicas whether
+		// the patch mentions .spec.replicas at all.
+		wantReplicas  int32
+		patchReplicas bool
+	}{
+		{name: "hpa leaves the count to the HPA", class: "hpa", existingRepl: 3, wantReplicas: 3},
+		{name: "external leaves the count alone", class: "external", existingRepl: 2, wantReplicas: 2},
+		{name: "none reverts the count", class: "none", existingRepl: 3, wantReplicas: 1, patchReplicas: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			existing := stored(predictorFor(t, tt.class, sklearnPredictor), tt.existingRepl)
+			desired := predictorFor(t, tt.class, sklearnPredictor)
+			desired.Spec.Template.Annotations["owner"] = "you" // the spec change that causes the write
+			desired.Annotations["owner"] = "you"
+			if desired.Spec.Replicas == nil {
+				desired.Spec.Replicas = ptr(1) // as the dry run defaults it
+			}
+
+			patch, err := predictorPatch(existing, desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p struct {
+				Metadata struct {
+					Annotations map[string]*string `json:"annotations"`
+					Labels      map[string]*string `json:"labels"`
+				} `json:"metadata"`
+				Spec map[string]json.RawMessage `json:"spec"`
+			}
+			if err := json.Unmarshal(patch, &p); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"someone.example/note", "deployment.kubernetes.io/revision"} {
+				if v, ok := p.Metadata.Annotations[k]; !ok || v != nil {
+					t.Errorf("patch %s: annotation %s not set to null", patch, k)
+				}
+			}
+			if v, ok := p.Metadata.Labels["someone.example/label"]; !ok || v != nil {
+				t.Errorf("patch %s: foreign label not set to null", patch)
+			}
+			if _, ok := p.Spec["replicas"]; ok != tt.patchReplicas {
+				t.Errorf("patch %s: mentions spec.replicas %v, want %v", patch, ok, tt.patchReplicas)
+			}
+
+			got := applyPatch(t, existing, patch)
+			if _, ok := got.Annotations["someone.example/note"]; ok {
+				t.Errorf("foreign annotation survived the patch: %v", got.Annotations)
+			}
+			if _, ok := got.Labels["someone.example/label"]; ok {
+				t.Errorf("foreign label survived the patch: %v", got.Labels)
+			}
+			if !maps.Equal(got.Annotations, desired.Annotations) || !maps.Equal(got.Labels, desired.Labels) {
+				t.Errorf("metadata after the patch: annotations %v labels %v, want %v and %v",
+					got.Annotations, got.Labels, desired.Annotations, desired.Labels)
+			}
+			if got.Spec.Template.Annotations["owner"] != "you" {
+				t.Errorf("pod annotations after the patch = %v", got.Spec.Template.Annotations)
+			}
+			if got.Spec.Replicas == nil || *got.Spec.Replicas != tt.wantReplicas {
+				t.Errorf("replicas after the patch = %v, want %d", fmtPtr(got.Spec.Replicas), tt.wantReplicas)
+			}
+			if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "isvc-uid" || !*got.OwnerReferences[0].Controller {
+				t.Errorf("owner after the patch = %+v", got.OwnerReferences)
+			}
+		})
+	}
+}
+
+func TestHPAEqual(t *testing.T) {
+	desired := func(class string) *autoscalingv2.HorizontalPodAutoscaler {
+		ann := `{}`
+		if class != "" {
+			ann = `{"serving.kserve.io/autoscalerClass": "` + class + `"}`
+		}
+		got, err := inferenceServiceObjects(object(t, isvcJSON(ann, `{"minReplicas": 1, "maxReplicas": 3, "model": {"modelFormat": {"name": "sklearn"}}}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.HPA
+	}
+	want := desired("hpa")
+
+	same := want.DeepCopy()
+	same.Annotations["someone.example/note"] = "x"
+	same.Labels["someone.example/label"] = "x"
+	same.ResourceVersion = "9"
+	if !hpaEqual(want, same) {
+		t.Error("foreign metadata made the HPAs differ")
+	}
+	edited := want.DeepCopy()
+	edited.Spec.MinReplicas = ptr(2)
+	if hpaEqual(want, edited) {
+		t.Error("an edited minReplicas compared equal")
+	}
+	if hpaEqual(want, desired("")) {
+		t.Error("an explicit class and an absent one compared equal")
+	}
+	// As stored, the HPA carries the API server's default scaling rules; the
+	// empty behavior KServe writes never equals them.
+	defaulted := want.DeepCopy()
+	defaulted.Spec.Behavior.ScaleUp = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr(0)}
+	if hpaEqual(want, defaulted) {
+		t.Error("a defaulted behavior compared equal to the empty one")
+	}
+}
+
+func TestHPAMetrics(t *testing.T) {
+	tests := []struct {
+		metric string
+		target *int32
+		want   string // resource:utilization, "" = no metric
+	}{
+		{"", nil, "cpu:80"},
+		{"cpu", ptr(50), "cpu:50"},
+		{"memory", ptr(70), "memory:70"},
+		{"memory", nil, ""},
+		{"concurrency", ptr(5), ""},
+	}
+	for _, tt := range tests {
+		got := ""
+		if m := hpaMetrics(tt.metric, tt.target); len(m) == 1 {
+			got = fmt.Sprintf("%s:%d", m[0].Resource.Name, *m[0].Resource.Target.AverageUtilization)
+		} else if len(m) > 1 {
+			got = fmt.Sprint(m)
+		}
+		if got != tt.want {
+			t.Errorf("hpaMetrics(%q, %v) = %q, want %q", tt.metric, fmtPtr(tt.target), got, tt.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// FieldManager is the server-side apply field manager of every write.
+// FieldManager is the field manager of every write: creates, updates,
+// patches and server-side applies.
 const FieldManager = "kserve-sim"
 
 // The API of the simulated kinds. LLMInferenceServices are read and written
@@ -172,8 +174,9 @@ func newController(kube kubernetes.Interface, dyn dynamic.Interface, kinf inform
 		{llms.Informer(), c.handler(func(obj metav1.Object) (key, bool) {
 			return key{kindLLMInferenceService, obj.GetNamespace(), obj.GetName()}, true
 		})},
+		// A Deployment event reconciles its owner, as KServe's controller
+		// owns Deployments: a deleted or edited predictor is put back.
 		{deployments.Informer(), c.handler(ownerKey)},
-		{hpas.Informer(), c.handler(ownerKey)},
 	} {
 		h, err := reg.inf.AddEventHandler(reg.handler)
 		if err != nil {
@@ -181,11 +184,13 @@ func newController(kube kubernetes.Interface, dyn dynamic.Interface, kinf inform
 		}
 		c.synced = append(c.synced, h.HasSynced)
 	}
+	// HPAs are read from the cache but their events reconcile nothing (see
+	// reconcileHPA).
+	c.synced = append(c.synced, hpas.Informer().HasSynced)
 	return c, nil
 }
 
-// ownerKey maps a Deployment or HPA to the KServe object that controls it,
-// so that a deleted or edited child is put back.
+// ownerKey maps a Deployment to the KServe object that controls it.
 func ownerKey(obj metav1.Object) (key, bool) {
 	ref := metav1.GetControllerOf(obj)
 	if ref == nil {
@@ -275,8 +280,13 @@ func (c *controller) reconcile(ctx context.Context, k key) error {
 	return c.reconcileLLMInferenceService(ctx, u)
 }
 
+// applyOptions are those of the LLMInferenceService Deployments and of the
+// status writes, which are forced server-side applies.
 var applyOptions = metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
+// reconcileInferenceService imitates KServe's raw-deployment reconciler for
+// the predictor: the Deployment (reconcilePredictor), then the HPA
+// (reconcileHPA), then the status.
 func (c *controller) reconcileInferenceService(ctx context.Context, isvc *unstructured.Unstructured) error {
 	want, err := inferenceServiceObjects(isvc)
 	if err != nil {
@@ -285,26 +295,131 @@ func (c *controller) reconcileInferenceService(ctx context.Context, isvc *unstru
 		klog.FromContext(ctx).Info("Invalid InferenceService", "err", err.Error())
 		return c.applyStatus(ctx, inferenceServices, isvc, inferenceServiceStatus(isvc, nil, err, c.now()))
 	}
-	ns := isvc.GetNamespace()
-	if _, err := c.kube.AppsV1().Deployments(ns).Apply(ctx, want.Deployment, applyOptions); err != nil {
-		return fmt.Errorf("applying Deployment %s: %w", *want.Deployment.Name, err)
+	dep, err := c.reconcilePredictor(ctx, want)
+	if err != nil {
+		return err
 	}
-	name := predictorName(isvc.GetName())
-	if want.HPA != nil {
-		if _, err := c.kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Apply(ctx, want.HPA, applyOptions); err != nil {
-			return fmt.Errorf("applying HorizontalPodAutoscaler %s: %w", name, err)
-		}
-	} else if hpa, err := c.hpas.HorizontalPodAutoscalers(ns).Get(name); err == nil && controlledBy(hpa, isvc.GetUID()) {
-		// KServe removes its HPA when the autoscaler class changes.
-		if err := c.deleteHPA(ctx, hpa); err != nil {
-			return err
-		}
-	}
-	dep, err := c.deployments.Deployments(ns).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := c.reconcileHPA(ctx, isvc, want); err != nil {
 		return err
 	}
 	return c.applyStatus(ctx, inferenceServices, isvc, inferenceServiceStatus(isvc, dep, nil, c.now()))
+}
+
+// reconcilePredictor creates the predictor Deployment, or brings an
+// existing one to the desired spec, the way KServe's DeploymentReconciler
+// does (pkg/controller/v1beta1/inferenceservice/reconcilers/deployment/
+// deployment_reconciler.go in kserve/kserve and opendatahub-io/kserve:
+// checkDeploymentExist and Reconcile):
+//
+//   - Missing: it is created as built.
+//   - Present: the desired object is sent as a dry-run update, which fills
+//     in the API defaults, and its spec is compared with the existing one,
+//     .spec.replicas left out unless the existing Deployment's autoscaler
+//     class is "none". Equal specs mean no write at all, so whatever else
+//     sits on the Deployment (foreign annotations and labels included)
+//     stays.
+//   - Different: a strategic merge patch from the whole existing object to
+//     the whole dry-run result (see predictorPatch) is sent. It deletes
+//     every annotation and label KServe did not put there.
+//
+// The Deployment returned is the one whose status the InferenceService
+// reports: the existing object (as KServe does), or the created one.
+func (c *controller) reconcilePredictor(ctx context.Context, want *isvcObjects) (*appsv1.Deployment, error) {
+	desired := want.Deployment
+	client := c.kube.AppsV1().Deployments(desired.Namespace)
+	existing, err := c.deployments.Deployments(desired.Namespace).Get(desired.Name)
+	if apierrors.IsNotFound(err) {
+		create := desired.DeepCopy()
+		if want.KEDAReplicas != nil {
+			create.Spec.Replicas = pointerTo(*want.KEDAReplicas)
+		}
+		created, err := client.Create(ctx, create, metav1.CreateOptions{FieldManager: FieldManager})
+		if err != nil {
+			return nil, fmt.Errorf("creating Deployment %s: %w", desired.Name, err)
+		}
+		return created, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	// Without a resourceVersion the dry run is an unconditional update,
+	// which Deployments allow; KServe sends its desired object the same way.
+	defaulted, err := client.Update(ctx, desired.DeepCopy(), metav1.UpdateOptions{
+		DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("dry-run update of Deployment %s: %w", desired.Name, err)
+	}
+	if !predictorSpecEqual(existing, defaulted) {
+		patch, err := predictorPatch(existing, defaulted)
+		if err != nil {
+			return nil, fmt.Errorf("patch for Deployment %s: %w", desired.Name, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Patching the predictor Deployment", "deployment", desired.Name, "patch", string(patch))
+		if _, err := client.Patch(ctx, desired.Name, types.StrategicMergePatchType, patch,
+			metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			return nil, fmt.Errorf("patching Deployment %s: %w", desired.Name, err)
+		}
+	}
+
+	// Stand-in for KEDA, which KServe leaves the count to: hold it at
+	// minReplicas through the scale subresource, as KEDA's HPA would, so
+	// that the Deployment's metadata is left alone.
+	if r := want.KEDAReplicas; r != nil && (existing.Spec.Replicas == nil || *existing.Spec.Replicas != *r) {
+		s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace},
+			Spec: autoscalingv1.ScaleSpec{Replicas: *r}}
+		if _, err := client.UpdateScale(ctx, desired.Name, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			return nil, fmt.Errorf("scaling Deployment %s to minReplicas: %w", desired.Name, err)
+		}
+	}
+	return existing, nil
+}
+
+// reconcileHPA keeps the HPA as KServe's HPAReconciler does
+// (pkg/controller/v1beta1/inferenceservice/reconcilers/hpa/hpa_reconciler.go:
+// checkHPAExist, semanticHPAEquals, Reconcile):
+//
+//   - Class hpa and no HPA: it is created.
+//   - Class hpa and an HPA whose spec is not semantically equal to the
+//     desired one, or whose autoscaler class annotation changed: a full
+//     update with the desired object (its own metadata, no
+//     resourceVersion), which also replaces the HPA's labels and
+//     annotations. The desired spec carries the empty behavior KServe
+//     writes and the stored one the API defaults, so in practice this is an
+//     update on every reconcile (a no-op for the API server when nothing
+//     was changed).
+//   - Another class: an HPA the InferenceService controls is deleted.
+//
+// KServe does not watch HPAs (its controller owns Deployments and Services,
+// not HPAs: pkg/controller/v1beta1/inferenceservice/controller.go,
+// SetupWithManager), so neither does the simulator: a direct edit of the HPA
+// stays until the InferenceService is next reconciled, for whatever reason
+// (its own change or status, or a change of its Deployment, such as the HPA
+// controller scaling it).
+func (c *controller) reconcileHPA(ctx context.Context, isvc *unstructured.Unstructured, want *isvcObjects) error {
+	ns, name := isvc.GetNamespace(), predictorName(isvc.GetName())
+	client := c.kube.AutoscalingV2().HorizontalPodAutoscalers(ns)
+	existing, err := c.hpas.HorizontalPodAutoscalers(ns).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	found := err == nil
+	switch {
+	case want.HPA == nil:
+		// KServe removes its HPA when the autoscaler class changes.
+		if found && controlledBy(existing, isvc.GetUID()) {
+			return c.deleteHPA(ctx, existing)
+		}
+	case !found:
+		if _, err := client.Create(ctx, want.HPA.DeepCopy(), metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+			return fmt.Errorf("creating HorizontalPodAutoscaler %s: %w", name, err)
+		}
+	case !hpaEqual(want.HPA, existing):
+		if _, err := client.Update(ctx, want.HPA.DeepCopy(), metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			return fmt.Errorf("updating HorizontalPodAutoscaler %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func (c *controller) reconcileLLMInferenceService(ctx context.Context, llm *unstructured.Unstructured) error {
