@@ -25,7 +25,7 @@ func TestBadInputFailsFastNamingTheFlag(t *testing.T) {
 		want string
 	}{
 		{"unreadable kubeconfig", []string{"run", "--kubeconfig=/nonexistent"}, nil, "--kubeconfig: cannot read /nonexistent"},
-		{"bad restore mode", []string{"run", "--restore=later"}, nil, `--restore: must be "pool" or "node"`},
+		{"bad restore mode", []string{"run", "--restore=later"}, nil, `--restore: must be "auto", "pool" or "node"`},
 		{"unknown flag", []string{"run", "--no-such-flag"}, nil, "unknown flag: --no-such-flag"},
 		{"bad environment value", []string{"run"}, map[string]string{"DRAIN_GUARDIAN_READY_TIMEOUT": "soon"}, "DRAIN_GUARDIAN_READY_TIMEOUT"},
 		{"renew deadline not below lease", []string{"run", "--lease-duration=5s", "--renew-deadline=10s"}, nil, "--renew-deadline"},

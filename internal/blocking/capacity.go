@@ -21,29 +21,69 @@ type Candidate struct {
 // nodeSelector and required node affinity, required pod anti-affinity on the hostname, and free
 // allocatable resources for every resource the pod requests (nvidia.com/gpu included).
 func FitsElsewhere(pod *corev1.Pod, candidates []Candidate) (string, bool) {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	for _, c := range candidates {
-		n := c.Node
-		if n.Name == pod.Spec.NodeName || n.Spec.Unschedulable || !nodeReady(n) {
-			continue
-		}
-		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
-			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-		}); untolerated {
-			continue
-		}
-		if ok, err := affinity.Match(n); err != nil || !ok {
-			continue
-		}
-		if antiAffinityConflict(pod, c.Pods) {
-			continue
-		}
-		if resourcesFit(requests, n.Status.Allocatable, c.Pods) {
-			return n.Name, true
+		if fits(pod, pod.Spec.NodeName, c) {
+			return c.Node.Name, true
 		}
 	}
 	return "", false
+}
+
+// Fit places, in order, the pending pods (replacements other surges are waiting for, which the
+// scheduler will place first) and then n copies of pod, each on the first candidate other than pod's
+// own node that fits it, counting what the earlier placements take. It returns how many copies of pod
+// found a place and the resources the others request: what is missing for them. Preemption is never
+// counted on: a replacement has the priority of the pod it replaces.
+func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) (int, corev1.ResourceList) {
+	cands := make([]Candidate, len(candidates))
+	copy(cands, candidates)
+	place := func(p *corev1.Pod, exclude string) bool {
+		for i := range cands {
+			if fits(p, exclude, cands[i]) {
+				cands[i].Pods = append(cands[i].Pods[:len(cands[i].Pods):len(cands[i].Pods)], p)
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range pending {
+		place(p, "")
+	}
+	placed := 0
+	missing := corev1.ResourceList{}
+	for range n {
+		if place(pod, pod.Spec.NodeName) {
+			placed++
+			continue
+		}
+		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+			sum := missing[name]
+			sum.Add(q)
+			missing[name] = sum
+		}
+	}
+	return placed, missing
+}
+
+// fits reports whether a copy of pod could be scheduled on the candidate, which must not be the
+// excluded node (the one the pod is to leave).
+func fits(pod *corev1.Pod, exclude string, c Candidate) bool {
+	n := c.Node
+	if n.Name == exclude || n.Spec.Unschedulable || !nodeReady(n) {
+		return false
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}); untolerated {
+		return false
+	}
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
+		return false
+	}
+	if antiAffinityConflict(pod, c.Pods) {
+		return false
+	}
+	return resourcesFit(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), n.Status.Allocatable, c.Pods)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -114,4 +154,9 @@ func antiAffinityConflict(pod *corev1.Pod, onNode []*corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// Requests returns what the pod requests, as the scheduler counts it.
+func Requests(pod *corev1.Pod) corev1.ResourceList {
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }

@@ -253,3 +253,221 @@ func antiAffine(p *corev1.Pod, topologyKey string) *corev1.Pod {
 	}}
 	return p
 }
+
+func TestFit(t *testing.T) {
+	// pending is a replacement another surge waits for: not scheduled yet, requesting gpus GPUs.
+	pending := func(name string, gpus int64) *corev1.Pod {
+		p := withLabels(gpuPod(name, "", gpus), map[string]string{"app": "other"})
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = nil
+		return p
+	}
+	blocked := gpuPod("blocked", "node-a", 1)
+	tests := []struct {
+		name        string
+		pod         *corev1.Pod
+		n           int
+		pending     []*corev1.Pod
+		candidates  []Candidate
+		wantPlaced  int
+		wantMissing int64 // GPUs missing; the other requests scale with it
+	}{
+		{
+			name:       "one copy on a free GPU",
+			pod:        blocked,
+			n:          1,
+			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			wantPlaced: 1,
+		},
+		{
+			name:        "two copies, one free GPU",
+			pod:         blocked,
+			n:           2,
+			candidates:  []Candidate{{Node: readyNode("node-b", 1)}},
+			wantPlaced:  1,
+			wantMissing: 1,
+		},
+		{
+			name:        "two copies, no free GPU",
+			pod:         blocked,
+			n:           2,
+			candidates:  []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+			wantMissing: 2,
+		},
+		{
+			name:        "earlier copies take what they use",
+			pod:         blocked,
+			n:           3,
+			candidates:  []Candidate{{Node: readyNode("node-b", 2)}},
+			wantPlaced:  2,
+			wantMissing: 1,
+		},
+		{
+			name:        "a pending replacement of another surge takes the free GPU first",
+			pod:         blocked,
+			n:           1,
+			pending:     []*corev1.Pod{pending("other-replacement", 1)},
+			candidates:  []Candidate{{Node: readyNode("node-b", 1)}},
+			wantMissing: 1,
+		},
+		{
+			name:       "a pending replacement takes one node, the copy the next",
+			pod:        blocked,
+			n:          1,
+			pending:    []*corev1.Pod{pending("other-replacement", 1)},
+			candidates: []Candidate{{Node: readyNode("node-b", 1)}, {Node: readyNode("node-c", 1)}},
+			wantPlaced: 1,
+		},
+		{
+			name:       "a pending pod that fits nowhere takes nothing",
+			pod:        blocked,
+			n:          1,
+			pending:    []*corev1.Pod{pending("huge", 8)},
+			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			wantPlaced: 1,
+		},
+		{
+			name:        "the pod's own node is never used",
+			pod:         blocked,
+			n:           1,
+			candidates:  []Candidate{{Node: readyNode("node-a", 4)}},
+			wantMissing: 1,
+		},
+		{
+			name:       "the pod's own node is skipped, another one used",
+			pod:        blocked,
+			n:          1,
+			candidates: []Candidate{{Node: readyNode("node-a", 4)}, {Node: readyNode("node-b", 1)}},
+			wantPlaced: 1,
+		},
+		{
+			name:        "hostname anti-affinity: the first copy excludes its node for the second",
+			pod:         antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
+			n:           2,
+			candidates:  []Candidate{{Node: readyNode("node-b", 2)}},
+			wantPlaced:  1,
+			wantMissing: 1,
+		},
+		{
+			name:       "hostname anti-affinity: one copy per node",
+			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
+			n:          2,
+			candidates: []Candidate{{Node: readyNode("node-b", 2)}, {Node: readyNode("node-c", 2)}},
+			wantPlaced: 2,
+		},
+		{
+			name:       "without anti-affinity both copies share a node",
+			pod:        blocked,
+			n:          2,
+			candidates: []Candidate{{Node: readyNode("node-b", 2)}},
+			wantPlaced: 2,
+		},
+		{
+			name: "cordoned and NotReady nodes skipped",
+			pod:  blocked,
+			n:    2,
+			candidates: []Candidate{
+				{Node: cordoned(readyNode("node-b", 4))},
+				{Node: notReady(readyNode("node-c", 4))},
+				{Node: readyNode("node-d", 1)},
+			},
+			wantPlaced:  1,
+			wantMissing: 1,
+		},
+		{
+			name:       "no copy asked",
+			pod:        blocked,
+			n:          0,
+			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := podCounts(tt.candidates)
+			placed, missing := Fit(tt.pod, tt.n, tt.pending, tt.candidates)
+			if placed != tt.wantPlaced {
+				t.Errorf("Fit() placed %d, want %d", placed, tt.wantPlaced)
+			}
+			want := corev1.ResourceList{}
+			for name, q := range Requests(tt.pod) {
+				total := q.DeepCopy()
+				total.Set(q.Value() * tt.wantMissing)
+				if tt.wantMissing > 0 {
+					want[name] = total
+				}
+			}
+			if !sameResources(missing, want) {
+				t.Errorf("Fit() missing %v, want %v", missing, want)
+			}
+			if g := missing[gpu]; g.Value() != tt.wantMissing {
+				t.Errorf("Fit() missing %s = %s, want %d", gpu, g.String(), tt.wantMissing)
+			}
+			if after := podCounts(tt.candidates); !equalInts(before, after) {
+				t.Errorf("Fit() changed the candidates' pods: %v before, %v after", before, after)
+			}
+		})
+	}
+}
+
+// The candidates come from the listers and are reused for the next stall: what Fit places is
+// hypothetical and must not leak into them, even when a pod slice has spare capacity.
+func TestFitDoesNotModifyCandidates(t *testing.T) {
+	pods := make([]*corev1.Pod, 0, 8)
+	pods = append(pods, gpuPod("other", "node-b", 1))
+	candidates := []Candidate{{Node: readyNode("node-b", 3), Pods: pods}}
+	first, _ := Fit(gpuPod("blocked", "node-a", 1), 2, nil, candidates)
+	second, _ := Fit(gpuPod("blocked", "node-a", 1), 2, nil, candidates)
+	if first != 2 || second != 2 {
+		t.Errorf("Fit() placed %d then %d on the same candidates, want 2 both times", first, second)
+	}
+	if len(candidates[0].Pods) != 1 || candidates[0].Pods[:cap(pods)][1] != nil {
+		t.Error("Fit() wrote into the candidates' pod slice")
+	}
+}
+
+func TestRequests(t *testing.T) {
+	p := gpuPod("blocked", "node-a", 2)
+	p.Spec.InitContainers = []corev1.Container{{Name: "download", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("3"),
+	}}}}
+	got := Requests(p)
+	if cpu := got[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("3")) != 0 {
+		t.Errorf("Requests() cpu = %s, want 3 (an init container's request counts when larger)", cpu.String())
+	}
+	if g := got[gpu]; g.Value() != 2 {
+		t.Errorf("Requests() %s = %s, want 2", gpu, g.String())
+	}
+}
+
+func podCounts(cs []Candidate) []int {
+	out := make([]int, len(cs))
+	for i, c := range cs {
+		out[i] = len(c.Pods)
+	}
+	return out
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, q := range a {
+		w, ok := b[name]
+		if !ok || q.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}

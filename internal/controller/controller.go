@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
@@ -44,17 +46,17 @@ const FieldManager = "drain-guardian"
 // nodeNameIndex indexes pods by the node they are bound to.
 const nodeNameIndex = "spec.nodeName"
 
-// key is one unit of work: a node to check for blocked pods, or a surged object to move along.
+// key is one unit of work: a node to check for blocked pods, or a Surge to move along.
 type key struct {
-	Node     string
-	Workload workload.Ref
+	Node  string
+	Surge types.NamespacedName
 }
 
 func (k key) String() string {
 	if k.Node != "" {
 		return "node/" + k.Node
 	}
-	return k.Workload.String()
+	return "surge/" + k.Surge.String()
 }
 
 // Clients are the API clients the controller uses.
@@ -90,13 +92,15 @@ type Controller struct {
 	// pools is nil when the cluster does not serve MachineConfigPools (plain Kubernetes).
 	pools          mcfglisters.MachineConfigPoolLister
 	store          *workload.Store
+	surges         *surgeLister
+	exec           *executor
 	kserve         *kserveAPIs
 	scaleResources *scaleDiscovery
 
 	synced []cache.InformerSynced
 	ready  atomic.Bool
 
-	// surgeMu serializes surge decisions so that --max-concurrent-surges holds across workers.
+	// surgeMu serializes surge starts so that --max-concurrent-surges holds across workers.
 	surgeMu sync.Mutex
 	state   *state
 }
@@ -114,7 +118,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	c := &Controller{
 		cfg: guardian.Config{
 			Preemptive: opts.Preemptive, CordonedNodes: opts.CordonedNodes, CordonGracePeriod: opts.CordonGracePeriod,
-			RestoreOnNode: opts.Restore == string(options.RestoreNode), Evict: opts.Evict,
+			Restore: guardian.RestoreMode(opts.Restore), Evict: opts.Evict,
 			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration,
 		},
 		opts: opts, log: log, clients: clients, recorder: recorder, metrics: m, clock: clock.RealClock{},
@@ -127,6 +131,17 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	}
 	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(stripManagedFields))
 	c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(clients.Dynamic, opts.ResyncPeriod)
+	c.exec = &executor{c: c}
+	if served, err := servesResource(clients.Discovery, v1alpha1.SchemeGroupVersion.String(), v1alpha1.SurgesResource.Resource); err != nil {
+		return nil, fmt.Errorf("discovering the Surge API: %w", err)
+	} else if !served {
+		return nil, fmt.Errorf("the Surge API (%s) is not served: install its CustomResourceDefinition (manifests/base/crd) before the guardian", v1alpha1.SurgesResource.GroupResource())
+	}
+	surgeInf := c.dynamicFactory.ForResource(v1alpha1.SurgesResource).Informer()
+	if err := surgeInf.SetTransform(stripManagedFields); err != nil {
+		return nil, err
+	}
+	c.surges = &surgeLister{indexer: surgeInf.GetIndexer()}
 
 	nodeInf := c.kubeFactory.Core().V1().Nodes()
 	podInf := c.kubeFactory.Core().V1().Pods()
@@ -158,11 +173,12 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		h   cache.ResourceEventHandler
 	}{
 		{nodeInf.Informer(), c.handler(c.onNode)},
-		{podInf.Informer(), c.handler(c.onPod)},
+		{podInf.Informer(), c.podHandler()},
 		{pdbInf.Informer(), c.handler(func(any) { c.enqueueWatchedNodes() })},
 		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
 		{ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))},
 		{hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))},
+		{surgeInf, c.handler(c.onSurge)},
 		{nsInf.Informer(), nil},
 		{rsInf.Informer(), nil},
 	}
@@ -222,6 +238,7 @@ func stripManagedFields(obj any) (any, error) {
 // on every replica, leader or not, so that a new leader acts on a warm cache.
 func (c *Controller) Start(ctx context.Context) error {
 	c.kubeFactory.Start(ctx.Done())
+	c.dynamicFactory.Start(ctx.Done())
 	if c.mcoFactory != nil {
 		c.mcoFactory.Start(ctx.Done())
 	}
@@ -250,8 +267,8 @@ func (c *Controller) Ready() bool { return c.ready.Load() }
 // leading, after Start returned.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
-	// Every node and every object carrying a surge record is looked at once: this resumes or restores
-	// the surges a previous leader left.
+	// Every node and every Surge is looked at once: this resumes or restores the surges a previous
+	// leader left.
 	c.enqueueAll()
 	c.state.setLeading(true)
 	defer c.state.setLeading(false)
@@ -285,7 +302,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	if k.Node != "" {
 		after, err = c.syncNode(ctx, k.Node)
 	} else {
-		after, err = c.syncWorkload(ctx, k.Workload)
+		after, err = c.syncSurge(ctx, k.Surge)
 	}
 	switch {
 	case err != nil:
@@ -302,17 +319,22 @@ func (c *Controller) processNext(ctx context.Context) bool {
 
 func (c *Controller) enqueueNode(name string) { c.queue.Add(key{Node: name}) }
 
-func (c *Controller) enqueueWorkload(ref workload.Ref) { c.queue.Add(key{Workload: ref}) }
+func (c *Controller) enqueueSurge(s *v1alpha1.Surge) { c.queue.Add(key{Surge: keyOf(s)}) }
 
-// enqueueAll queues every node and every tracked surge.
+// enqueueSurges queues the Surges that match.
+func (c *Controller) enqueueSurges(match func(*v1alpha1.Surge) bool) {
+	for _, s := range c.surgesMatching(match) {
+		c.enqueueSurge(s)
+	}
+}
+
+// enqueueAll queues every node and every Surge.
 func (c *Controller) enqueueAll() {
 	nodes, _ := c.nodes.List(labels.Everything())
 	for _, n := range nodes {
 		c.enqueueNode(n.Name)
 	}
-	for _, s := range c.state.surges() {
-		c.enqueueWorkload(s.ref)
-	}
+	c.enqueueSurges(func(*v1alpha1.Surge) bool { return true })
 }
 
 // handler adapts one callback to informer events, unwrapping deletion tombstones.

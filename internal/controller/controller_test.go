@@ -14,11 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -32,17 +35,22 @@ func stalled(extra ...runtime.Object) []runtime.Object {
 	return append(objs, extra...)
 }
 
-func recordOf(t *testing.T, annotations map[string]string) *workload.Record {
-	t.Helper()
-	s, ok := annotations[workload.RecordAnnotation]
-	if !ok {
-		t.Fatalf("no surge record in %v", annotations)
+// surgeNode syncs the node and lets the Surge it created run to where it waits.
+func (h *harness) surgeNode(node, surge string) {
+	h.t.Helper()
+	h.syncNode(node)
+	h.refresh()
+	h.settle(surge)
+}
+
+// mustSurge returns the Surge, failing the test when there is none.
+func (h *harness) mustSurge(name string) *v1alpha1.Surge {
+	h.t.Helper()
+	s := h.surge(name)
+	if s == nil {
+		h.t.Fatalf("no Surge %s", name)
 	}
-	r, err := workload.DecodeRecord(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return s
 }
 
 func (h *harness) addPod(p *corev1.Pod) {
@@ -77,19 +85,51 @@ func (h *harness) allowEvictions() {
 	})
 }
 
+// updateNode applies mutate to the node in the fake cluster.
+func (h *harness) updateNode(name string, mutate func(*corev1.Node)) {
+	h.t.Helper()
+	n, err := h.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	mutate(n)
+	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// nodeUpdated marks the node as done with its update to rendered-2 and schedulable again.
+func nodeUpdated(n *corev1.Node) {
+	n.Annotations[mco.CurrentConfigAnnotation] = "rendered-2"
+	n.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
+	n.Annotations[mco.StateAnnotation] = mco.StateDone
+	n.Annotations[mco.DesiredDrainAnnotation] = "uncordon-rendered-2"
+	n.Annotations[mco.LastAppliedDrainAnnotation] = "uncordon-rendered-2"
+	n.Spec.Unschedulable = false
+}
+
+func (h *harness) replicas() int32 {
+	h.t.Helper()
+	return *h.deployment(ns, "model").Spec.Replicas
+}
+
 func TestStallLifecycleSurgesEvictsAndRestoresAfterPoolUpdate(t *testing.T) {
-	h := newHarness(t, nil, stalled()...)
+	h := newHarness(t, func(o *options.Options) { o.Restore = "pool" }, stalled()...)
 	h.allowEvictions()
 
 	h.syncNode("w1")
-	d := h.deployment(ns, "model")
-	if got := *d.Spec.Replicas; got != 2 {
-		t.Fatalf("replicas after surge = %d, want 2", got)
+	s := h.mustSurge(depSurge)
+	if s.PhaseOf() != v1alpha1.PhasePending || h.replicas() != 1 {
+		t.Fatalf("the Surge must be persisted before the fields are written: phase %s, replicas %d", s.PhaseOf(), h.replicas())
 	}
-	rec := recordOf(t, d.Annotations)
-	if rec.Node != "w1" || rec.Pool != "worker" || rec.Trigger != "MCODrain" || rec.Drain != "rendered-2" ||
-		len(rec.Fields) != 1 || *rec.Fields[0].Original != 1 || rec.Fields[0].Set != 2 || rec.PDB != "model" {
-		t.Fatalf("surge record = %+v", rec)
+	sp := s.Spec
+	if sp.Node != "w1" || sp.Pool != "worker" || sp.Trigger != "MCODrain" || sp.Drain != "rendered-2" || sp.PDB != "model" ||
+		len(sp.Fields) != 1 || *sp.Fields[0].Original != 1 || sp.Fields[0].Set != 2 || sp.Replicas != 1 ||
+		sp.Target.UID != "dep-uid" || sp.PodOwner.Name != "model" || s.Namespace != ns {
+		t.Fatalf("Surge spec = %+v", sp)
+	}
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != "dep-uid" {
+		t.Fatalf("the Surge is not owned by the surged workload: %v", s.OwnerReferences)
 	}
 	evs := h.events()
 	requireEvent(t, evs, "Normal", ReasonStallDetected, "model-abc-a", "w1")
@@ -97,103 +137,159 @@ func TestStallLifecycleSurgesEvictsAndRestoresAfterPoolUpdate(t *testing.T) {
 	if v := testutil.ToFloat64(h.metrics.StallsDetected.WithLabelValues("worker", "Deployment", "MCODrain")); v != 1 {
 		t.Fatalf("stalls_detected_total = %v, want 1", v)
 	}
-	if v := testutil.ToFloat64(h.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 1 {
-		t.Fatalf("surges_active = %v, want 1", v)
-	}
 	if v := testutil.ToFloat64(h.metrics.BlockedPods.WithLabelValues("worker")); v != 1 {
 		t.Fatalf("blocked_pods = %v, want 1", v)
 	}
 
-	// The same stall seen again (resync, restart of the sync) is not surged twice.
 	h.refresh()
-	patches := len(h.writes())
+	h.settle(depSurge)
+	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseSurged {
+		t.Fatalf("after the Surge's sync: replicas %d, phase %s; want 2, Surged", h.replicas(), h.phase(depSurge))
+	}
+	if v := testutil.ToFloat64(h.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 1 {
+		t.Fatalf("surges_active = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(h.metrics.Surges.WithLabelValues("Surged")); v != 1 {
+		t.Fatalf("surges{phase=Surged} = %v, want 1", v)
+	}
+
+	// The same stall seen again (resync, restart of the sync) is not surged twice.
+	writes := len(h.writes())
 	h.syncNode("w1")
-	if got := len(h.writes()); got != patches {
-		t.Fatalf("second sync of the stalled node wrote again: %v", h.writes()[patches:])
+	if got := len(h.writes()); got != writes {
+		t.Fatalf("second sync of the stalled node wrote again: %v", h.writes()[writes:])
 	}
 
 	// Replacement not Ready yet: wait.
 	h.addPod(modelPod("model-abc-b", "w2", false))
 	h.refresh()
-	if after := h.syncWorkload(depRef); after <= 0 {
-		t.Fatalf("waiting for the replacement should requeue, got %v", after)
-	}
-	if recordOf(t, h.deployment(ns, "model").Annotations).ReadyTime != nil {
-		t.Fatal("replacement marked Ready while not Ready")
+	if after := h.settle(depSurge); after <= 0 || h.phase(depSurge) != v1alpha1.PhaseSurged {
+		t.Fatalf("waiting for the replacement: requeue %v, phase %s", after, h.phase(depSurge))
 	}
 
-	// Replacement Ready on w2.
+	// Replacement Ready on w2: Ready, then the blocked pod is evicted through the Eviction API.
 	h.deletePod("model-abc-b")
 	h.addPod(modelPod("model-abc-b", "w2", true))
 	h.clock.Step(40 * time.Second)
 	h.refresh()
-	h.syncWorkload(depRef)
-	if recordOf(t, h.deployment(ns, "model").Annotations).ReadyTime == nil {
-		t.Fatal("replacement Ready but not recorded")
+	h.settle(depSurge)
+	if s := h.mustSurge(depSurge); s.PhaseOf() != v1alpha1.PhaseReady || s.Status.ReadyTime == nil {
+		t.Fatalf("replacement Ready but the Surge is %s", s.PhaseOf())
 	}
 	requireEvent(t, h.events(), "Normal", ReasonReplacementReady, "w1")
-	if n := testutil.CollectAndCount(h.metrics.ReplacementReady); n != 1 {
-		t.Fatalf("replacement_ready histogram series = %d", n)
-	}
-
-	// Node cordoned and draining: the blocked pod is evicted through the Eviction API.
-	h.refresh()
-	h.syncWorkload(depRef)
 	evicted := false
 	for _, a := range h.kube.Actions() {
-		if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
-			evicted = true
-		}
-		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" && a.GetSubresource() == "" {
-			// Only the test itself deletes pods (simulating the kubelet); make sure it was not the guardian.
-			continue
-		}
+		evicted = evicted || (a.GetVerb() == "create" && a.GetSubresource() == "eviction")
 	}
 	if !evicted {
 		t.Fatalf("no eviction requested; writes: %v", h.writes())
 	}
-	requireEvent(t, h.events(), "Normal", ReasonPodEvicted, "model-abc-a")
 
-	// The pod left the node: resolved.
+	// The pod left the node: resolved, then held while the pool updates.
 	h.deletePod("model-abc-a")
 	h.refresh()
-	h.syncWorkload(depRef)
-	if recordOf(t, h.deployment(ns, "model").Annotations).ResolvedTime == nil {
-		t.Fatal("stall not marked resolved")
+	h.settle(depSurge)
+	if s := h.mustSurge(depSurge); s.PhaseOf() != v1alpha1.PhaseResolved || s.Status.ResolvedTime == nil || h.replicas() != 2 {
+		t.Fatalf("after the pod left: phase %s, replicas %d; want Resolved and held at 2", s.PhaseOf(), h.replicas())
 	}
 	if v := testutil.ToFloat64(h.metrics.StallsResolved.WithLabelValues("worker", "Deployment")); v != 1 {
 		t.Fatalf("stalls_resolved_total = %v", v)
 	}
 
-	// Held while the pool updates.
-	h.refresh()
-	h.syncWorkload(depRef)
-	if *h.deployment(ns, "model").Spec.Replicas != 2 {
-		t.Fatal("surge restored before the pool was updated")
-	}
-
-	// Pool Updated: restored exactly, record gone.
+	// Pool Updated: Restoring, fields back, Surge deleted.
 	h.updatePool(true)
 	h.refresh()
-	h.syncWorkload(depRef)
-	d = h.deployment(ns, "model")
-	if *d.Spec.Replicas != 1 {
-		t.Fatalf("replicas after restore = %d, want 1", *d.Spec.Replicas)
-	}
-	if _, ok := d.Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("surge record left behind")
+	h.settle(depSurge)
+	if h.replicas() != 1 || h.surge(depSurge) != nil {
+		t.Fatalf("after the pool update: replicas %d, Surge %v; want 1 and none", h.replicas(), h.surge(depSurge))
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "spec.replicas to 1", "PoolUpdated")
 	if v := testutil.ToFloat64(h.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 0 {
 		t.Fatalf("surges_active after restore = %v", v)
 	}
 	for _, w := range h.writes() {
-		if w == "delete pods" {
-			continue // the test's own deletions
+		if w == "update nodes" || w == "patch nodes" {
+			t.Fatalf("guardian wrote to a node: %v", h.writes())
 		}
-		if w == "update nodes" || w == "patch nodes" || w == "delete pods/eviction" {
-			t.Fatalf("guardian wrote to a node or deleted a pod: %v", h.writes())
+	}
+	for _, a := range h.kube.Actions() {
+		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" && a.GetSubresource() == "" {
+			if n := a.(k8stesting.DeleteAction).GetName(); n != "model-abc-a" && n != "model-abc-b" {
+				t.Fatalf("a pod the test did not delete was deleted: %s", n)
+			}
 		}
+	}
+}
+
+// With --restore=auto the surge is undone as soon as the workload's original pods are Ready on nodes
+// this update will not drain again: the capacity goes to the next node's stall.
+func TestAutoRestoreOnceTheSurvivorRunsOnAnUpdatedNode(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.allowEvictions()
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.deletePod("model-abc-a")
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseResolved || h.replicas() != 2 {
+		t.Fatalf("the survivor on w2 (still to update) must hold the surge: phase %s, replicas %d", h.phase(depSurge), h.replicas())
+	}
+	// w1 is updated and the Deployment's second replica runs there: safe to restore.
+	h.updateNode("w1", nodeUpdated)
+	h.addPod(modelPod("model-abc-c", "w1", true))
+	h.refresh()
+	h.settle(depSurge)
+	if h.replicas() != 1 || h.surge(depSurge) != nil {
+		t.Fatalf("not restored once a replica was Ready on an updated node: replicas %d", h.replicas())
+	}
+	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "SurvivorsOnUpdatedNodes")
+	onW2, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-b", metav1.GetOptions{})
+	if onW2.Annotations[deletionCostAnnotation] != leaveFirstCost {
+		t.Fatal("the pod on the node still to update was not marked to go first")
+	}
+}
+
+// A crash between any two writes of the lifecycle resumes where it stopped: a fresh guardian (empty
+// memory, same cluster) takes over after every single write, and the surge still ends exactly
+// restored, with the count never raised twice.
+func TestCrashBetweenEveryPairOfWritesResumes(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	var maxReplicas int32
+	step := func(what string, act func(*harness)) {
+		t.Helper()
+		act(h)
+		h.refresh()
+		maxReplicas = max(maxReplicas, h.replicas())
+		// Crash after every write: the next guardian knows only the cluster.
+		h = restart(t, nil, h.kube, h.mco, h.dyn)
+		h.allowEvictions()
+		t.Logf("after %s: phase %q replicas %d", what, h.phase(depSurge), h.replicas())
+	}
+	one := func(h *harness) { h.syncSurge(depSurge) }
+	step("syncNode", func(h *harness) { h.syncNode("w1") })
+	for _, want := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseSurged} {
+		step("sync", one)
+		if got := h.phase(depSurge); got != want {
+			t.Fatalf("phase %s, want %s", got, want)
+		}
+	}
+	step("syncNode again", func(h *harness) { h.syncNode("w1") })
+	step("replacement", func(h *harness) { h.addPod(modelPod("model-abc-b", "w2", true)) })
+	step("sync", one) // Ready
+	step("sync", one) // evict
+	step("pod gone", func(h *harness) { h.deletePod("model-abc-a") })
+	step("sync", one) // Resolved
+	step("pool updated", func(h *harness) { h.updatePool(true) })
+	for range 3 { // Restoring, fields back, deleted
+		step("sync", one)
+	}
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("end: Surge %v, replicas %d; want none and 1", h.surge(depSurge), h.replicas())
+	}
+	if maxReplicas != 2 {
+		t.Fatalf("replicas peaked at %d across the crashes, want exactly one surge to 2", maxReplicas)
 	}
 }
 
@@ -210,10 +306,9 @@ func TestPreemptiveSurgeWhenTheMCOTargetsTheNode(t *testing.T) {
 	}
 
 	h := newHarness(t, nil, objs...)
-	h.syncNode("w1")
-	d := h.deployment(ns, "model")
-	if *d.Spec.Replicas != 2 || recordOf(t, d.Annotations).Trigger != "MCOTargeted" {
-		t.Fatalf("pre-emptive surge missing: replicas %d", *d.Spec.Replicas)
+	h.surgeNode("w1", depSurge)
+	if h.replicas() != 2 || h.mustSurge(depSurge).Spec.Trigger != "MCOTargeted" {
+		t.Fatalf("pre-emptive surge missing: replicas %d", h.replicas())
 	}
 	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "would block")
 
@@ -221,19 +316,20 @@ func TestPreemptiveSurgeWhenTheMCOTargetsTheNode(t *testing.T) {
 	h.allowEvictions()
 	h.addPod(modelPod("model-abc-b", "w2", true))
 	h.refresh()
-	h.syncWorkload(depRef) // MarkReady
-	h.refresh()
-	h.syncWorkload(depRef)
+	h.settle(depSurge)
 	for _, a := range h.kube.Actions() {
 		if a.GetSubresource() == "eviction" {
 			t.Fatal("evicted from a node that is only targeted, not cordoned")
 		}
 	}
+	if h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("phase %s, want Ready", h.phase(depSurge))
+	}
 }
 
 func TestHPAManagedDeploymentSurgesTheHPAAndRestoresAbsentMin(t *testing.T) {
 	h := newHarness(t, nil, stalled(hpaFor(nil, 1))...)
-	h.syncNode("w1")
+	h.surgeNode("w1", "horizontalpodautoscaler-model")
 	hpa, err := h.kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(context.Background(), "model", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,18 +337,18 @@ func TestHPAManagedDeploymentSurgesTheHPAAndRestoresAbsentMin(t *testing.T) {
 	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas != 2 || hpa.Spec.MaxReplicas != 2 {
 		t.Fatalf("HPA after surge: min %v max %d, want 2/2", hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas)
 	}
-	if *h.deployment(ns, "model").Spec.Replicas != 1 {
+	if h.replicas() != 1 {
 		t.Fatal("the Deployment behind an HPA was scaled directly")
 	}
 	h.updatePool(true)
 	h.refresh()
-	h.syncWorkload(workload.Ref{Kind: workload.KindHPA, Namespace: ns, Name: "model", UID: "hpa-uid"})
+	h.settle("horizontalpodautoscaler-model")
 	hpa, _ = h.kube.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(context.Background(), "model", metav1.GetOptions{})
 	if hpa.Spec.MinReplicas != nil || hpa.Spec.MaxReplicas != 1 {
 		t.Fatalf("HPA after restore: min %v max %d, want absent/1", hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas)
 	}
-	if _, ok := hpa.Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("record left on the HPA")
+	if h.surge("horizontalpodautoscaler-model") != nil {
+		t.Fatal("Surge left behind")
 	}
 }
 
@@ -265,82 +361,71 @@ func TestStatefulSetIsSurgedByReplicas(t *testing.T) {
 	pod := modelPod("db-0", "w1", true)
 	pod.OwnerReferences[0] = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "ss-uid", Controller: ptr.To(true)}
 	h := newHarness(t, nil, namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), workerPool(true), pdb(0, 1, 1), ss, pod)
-	h.syncNode("w1")
+	h.surgeNode("w1", "statefulset-db")
 	got, _ := h.kube.AppsV1().StatefulSets(ns).Get(context.Background(), "db", metav1.GetOptions{})
-	if *got.Spec.Replicas != 2 {
-		t.Fatalf("statefulset replicas = %d, want 2", *got.Spec.Replicas)
+	if *got.Spec.Replicas != 2 || h.phase("statefulset-db") != v1alpha1.PhaseSurged {
+		t.Fatalf("statefulset replicas = %d, phase %s; want 2, Surged", *got.Spec.Replicas, h.phase("statefulset-db"))
 	}
-	recordOf(t, got.Annotations)
 }
 
-func TestConflictOnSurgeIsRetriedWithoutSideEffects(t *testing.T) {
+// Writes made against a stale object are refused by the API server (409, or 422 for a failed JSON
+// patch test); the guardian reads again and decides again, with no side effects in between.
+func TestConflictOnFieldWriteIsDecidedAgain(t *testing.T) {
+	for name, refusal := range map[string]error{
+		"409": apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "model", nil),
+		// What k8s.io/apiserver answers when a JSON patch's test operation fails.
+		"422 failed test": apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "",
+			"testing value /metadata/resourceVersion failed: test failed", 0, false),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, nil, stalled()...)
+			refusals := 1
+			h.kube.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if refusals > 0 {
+					refusals--
+					return true, nil, refusal
+				}
+				return false, nil, nil
+			})
+			h.syncNode("w1")
+			h.refresh()
+			after, err := h.c.syncSurge(context.Background(), types.NamespacedName{Namespace: ns, Name: depSurge})
+			if err != nil || after <= 0 {
+				t.Fatalf("a conflict must requeue quietly to decide again: after %v, err %v", after, err)
+			}
+			if h.replicas() != 1 || h.phase(depSurge) != v1alpha1.PhasePending {
+				t.Fatalf("state after the refused write: replicas %d, phase %s", h.replicas(), h.phase(depSurge))
+			}
+			if v := testutil.ToFloat64(h.metrics.WriteErrors.WithLabelValues("deployment", "Conflict")); v != 1 {
+				t.Fatalf("write_errors_total{Conflict} = %v, want 1", v)
+			}
+			h.settle(depSurge)
+			if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseSurged {
+				t.Fatalf("after deciding again: replicas %d, phase %s", h.replicas(), h.phase(depSurge))
+			}
+		})
+	}
+}
+
+func TestExternalChangeBeforeTheFieldsAreWrittenDropsTheSurge(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	conflicts := 1
-	h.kube.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if conflicts > 0 {
-			conflicts--
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "model", nil)
-		}
-		return false, nil, nil
-	})
-	if _, err := h.c.syncNode(context.Background(), "w1"); !apierrors.IsConflict(err) {
-		t.Fatalf("syncNode error = %v, want a conflict to retry", err)
-	}
-	if evs := h.events(); len(evs) != 0 {
-		t.Fatalf("events after a failed write: %v", evs)
-	}
-	if v := testutil.ToFloat64(h.metrics.StallsDetected.WithLabelValues("worker", "Deployment", "MCODrain")); v != 0 {
-		t.Fatalf("stall counted although the surge was not written: %v", v)
-	}
-	if *h.deployment(ns, "model").Spec.Replicas != 1 {
-		t.Fatal("replicas changed by a conflicting write")
-	}
 	h.syncNode("w1")
-	if *h.deployment(ns, "model").Spec.Replicas != 2 {
-		t.Fatal("retry after the conflict did not surge")
-	}
-}
-
-func TestStaleCacheWriteIsRejectedByTheResourceVersionTest(t *testing.T) {
-	h := newHarness(t, nil, stalled()...)
-	// Someone else changes the Deployment after the cache was filled: our patch must not apply.
 	d := h.deployment(ns, "model")
-	d.ResourceVersion = "2"
 	d.Spec.Replicas = ptr.To(int32(3))
 	if _, err := h.kube.AppsV1().Deployments(ns).Update(context.Background(), d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.syncNode(context.Background(), "w1"); err == nil {
-		t.Fatal("a write based on a stale object succeeded")
+	h.refresh()
+	h.settle(depSurge)
+	if h.replicas() != 3 || h.surge(depSurge) != nil {
+		t.Fatalf("replicas %d, Surge %v: want their 3 and no Surge", h.replicas(), h.surge(depSurge))
 	}
-	if got := h.deployment(ns, "model"); *got.Spec.Replicas != 3 || got.Annotations[workload.RecordAnnotation] != "" {
-		t.Fatalf("stale write changed the object: replicas %d", *got.Spec.Replicas)
-	}
-}
-
-func TestRestartedGuardianResumesFromTheRecord(t *testing.T) {
-	first := newHarness(t, nil, stalled()...)
-	first.syncNode("w1")
-	// "Crash": a new guardian with empty memory starts against the same cluster state, where the
-	// replacement has meanwhile become Ready.
-	first.addPod(modelPod("model-abc-b", "w2", true))
-	second := restart(t, nil, first.kube, first.mco)
-	second.syncNode("w1")
-	if got := second.deployment(ns, "model"); *got.Spec.Replicas != 2 {
-		t.Fatalf("restart changed the surge: replicas %d", *got.Spec.Replicas)
-	}
-	second.syncWorkload(depRef)
-	if recordOf(t, second.deployment(ns, "model").Annotations).ReadyTime == nil {
-		t.Fatal("the restarted guardian did not resume the surge")
-	}
-	if v := testutil.ToFloat64(second.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 1 {
-		t.Fatalf("surges_active after restart = %v", v)
-	}
+	requireEvent(t, h.events(), "Normal", ReasonExternalChange, "not surging")
 }
 
 func TestExternalChangeDuringSurgeIsKept(t *testing.T) {
-	h := newHarness(t, nil, stalled()...)
-	h.syncNode("w1")
+	h := newHarness(t, func(o *options.Options) { o.Restore = "pool" }, stalled()...)
+	h.surgeNode("w1", depSurge)
 	d := h.deployment(ns, "model")
 	d.Spec.Replicas = ptr.To(int32(4))
 	if _, err := h.kube.AppsV1().Deployments(ns).Update(context.Background(), d, metav1.UpdateOptions{}); err != nil {
@@ -348,13 +433,9 @@ func TestExternalChangeDuringSurgeIsKept(t *testing.T) {
 	}
 	h.updatePool(true)
 	h.refresh()
-	h.syncWorkload(depRef)
-	got := h.deployment(ns, "model")
-	if *got.Spec.Replicas != 4 {
-		t.Fatalf("replicas = %d, want their 4 kept", *got.Spec.Replicas)
-	}
-	if _, ok := got.Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("record not dropped")
+	h.settle(depSurge)
+	if h.replicas() != 4 || h.surge(depSurge) != nil {
+		t.Fatalf("replicas = %d, Surge %v; want their 4 kept and no Surge", h.replicas(), h.surge(depSurge))
 	}
 	evs := h.events()
 	requireEvent(t, evs, "Normal", ReasonExternalChange, "spec.replicas", "now 4")
@@ -377,7 +458,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 
 func TestUnschedulableReplacementIsRolledBackAndNotRetriedForTheSameDrain(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	h.syncNode("w1")
+	h.surgeNode("w1", depSurge)
 	pending := modelPod("model-abc-b", "", false)
 	pending.Status.Phase = corev1.PodPending
 	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
@@ -385,35 +466,40 @@ func TestUnschedulableReplacementIsRolledBackAndNotRetriedForTheSameDrain(t *tes
 	h.addPod(pending)
 	h.refresh()
 	h.clock.Step(4 * time.Minute)
-	h.syncWorkload(depRef)
-	if *h.deployment(ns, "model").Spec.Replicas != 2 {
+	h.settle(depSurge)
+	if h.replicas() != 2 {
 		t.Fatal("rolled back before --schedule-timeout")
 	}
 	h.clock.Step(2 * time.Minute)
-	h.syncWorkload(depRef)
-	d := h.deployment(ns, "model")
-	if *d.Spec.Replicas != 1 {
-		t.Fatalf("replicas after failed surge = %d, want 1", *d.Spec.Replicas)
-	}
-	if f := workload.DecodeFailure(d.Annotations[workload.FailureAnnotation]); f == nil || f.Reason != "Unschedulable" || f.Node != "w1" {
-		t.Fatalf("failure not remembered: %v", d.Annotations)
+	h.settle(depSurge)
+	s := h.mustSurge(depSurge)
+	if h.replicas() != 1 || s.PhaseOf() != v1alpha1.PhaseFailed || s.Status.Reason != "Unschedulable" || !s.Status.Failed {
+		t.Fatalf("after a failed surge: replicas %d, Surge %s/%s; want 1 and a Failed Surge kept", h.replicas(), s.PhaseOf(), s.Status.Reason)
 	}
 	requireEvent(t, h.events(), "Warning", ReasonSurgeFailed, "Unschedulable")
 	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", "Unschedulable")); v != 1 {
 		t.Fatalf("stalls_failed_total{Unschedulable} = %v", v)
 	}
-	h.refresh()
 	writes := len(h.writes())
 	h.syncNode("w1")
+	h.refresh()
+	h.settle(depSurge)
 	if len(h.writes()) != writes {
 		t.Fatalf("the same stall was surged again after failing: %v", h.writes()[writes:])
 	}
 	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "Unschedulable")); v != 1 {
 		t.Fatalf("unresolvable_blocked_pods = %v", v)
 	}
+	// The node's drain ends: the failure memory is dropped.
+	h.updateNode("w1", nodeUpdated)
+	h.refresh()
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil {
+		t.Fatal("a Failed Surge outlived the drain it was made for")
+	}
 }
 
-func TestNoCapacityIsReportedNotSurged(t *testing.T) {
+func TestNoCapacityIsReportedWithWhatIsMissing(t *testing.T) {
 	full := gpuNode("w2")
 	hog := modelPod("hog", "w2", true)
 	hog.Labels = map[string]string{"app": "other"}
@@ -429,12 +515,15 @@ func TestNoCapacityIsReportedNotSurged(t *testing.T) {
 		t.Fatalf("surged without capacity: %v", w)
 	}
 	evs := h.events()
-	requireEvent(t, evs, "Warning", ReasonNoCapacity, "w1")
+	requireEvent(t, evs, "Warning", ReasonNoCapacity, "w1", "missing 1 nvidia.com/gpu")
 	if len(evs) != 1 {
 		t.Fatalf("NoCapacity reported %d times: %v", len(evs), evs)
 	}
 	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", "NoCapacity")); v != 1 {
 		t.Fatalf("stalls_failed_total{NoCapacity} = %v", v)
+	}
+	if v := testutil.ToFloat64(h.metrics.MissingCapacity.WithLabelValues("worker", "nvidia.com/gpu")); v != 1 {
+		t.Fatalf("missing_capacity{nvidia.com/gpu} = %v, want 1", v)
 	}
 }
 
@@ -454,42 +543,26 @@ func TestUnsatisfiablePDBIsReportedNotSurged(t *testing.T) {
 	}
 }
 
-func TestMalformedRecordIsReportedAndLeftAlone(t *testing.T) {
-	objs := stalled()
-	d := objs[6].(*appsv1.Deployment)
-	d.Annotations = map[string]string{workload.RecordAnnotation: "{not json"}
-	h := newHarness(t, nil, objs...)
-	h.syncWorkload(depRef)
-	h.syncNode("w1")
-	if w := h.writes(); len(w) != 0 {
-		t.Fatalf("wrote despite a malformed record: %v", w)
-	}
-	evs := h.events()
-	requireEvent(t, evs, "Warning", ReasonMalformedRecord, workload.RecordAnnotation)
-	if len(evs) != 1 {
-		t.Fatalf("malformed record reported %d times: %v", len(evs), evs)
-	}
-}
-
-func TestWorkloadDeletedDuringSurgeDropsTheSurgeWithoutErrors(t *testing.T) {
+func TestWorkloadDeletedDuringSurgeDropsTheSurge(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	h.syncNode("w1")
+	h.surgeNode("w1", depSurge)
 	if err := h.kube.AppsV1().Deployments(ns).Delete(context.Background(), "model", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.refresh()
-	if after := h.syncWorkload(depRef); after != 0 {
+	if after := h.syncSurge(depSurge); after != 0 {
 		t.Fatalf("a deleted workload is requeued: %v", after)
 	}
-	if v := testutil.ToFloat64(h.metrics.SurgesActive.WithLabelValues("worker", "Deployment")); v != 0 {
-		t.Fatalf("surges_active = %v after deletion", v)
+	h.refresh()
+	if h.surge(depSurge) != nil {
+		t.Fatal("the Surge of a deleted workload is left")
 	}
 	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", "WorkloadDeleted")); v != 1 {
 		t.Fatalf("stalls_failed_total{WorkloadDeleted} = %v", v)
 	}
 	requireEvent(t, h.events(), "Warning", ReasonWorkloadDeleted, "deleted during its surge for node w1")
-	if after := h.syncWorkload(depRef); after != 0 {
-		t.Fatalf("a deleted workload is requeued on the next sync: %v", after)
+	if after := h.syncSurge(depSurge); after != 0 {
+		t.Fatalf("a deleted Surge is requeued on the next sync: %v", after)
 	}
 	if evs := h.events(); len(evs) != 0 {
 		t.Fatalf("the deletion was reported again: %v", evs)
@@ -514,7 +587,7 @@ func TestOptOutAndScopeAreRespected(t *testing.T) {
 
 func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge = 1 }, stalled()...)
-	h.c.state.track(trackedSurge{ref: workload.Ref{Kind: workload.KindDeployment, Namespace: "other", Name: "x"}})
+	h.c.state.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}})
 	if after := h.syncNode("w1"); after <= 0 {
 		t.Fatal("a deferred surge must be retried")
 	}
@@ -526,27 +599,21 @@ func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 
 func TestRestoreSteersScaleDownOffNodesStillToUpdate(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.Restore = "node" }, stalled()...)
-	h.syncNode("w1")
-	// w1 finished its update; the replacement runs on w2, which is next in line.
-	n, _ := h.kube.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
-	n.Annotations[mco.CurrentConfigAnnotation] = "rendered-2"
-	n.Annotations[mco.StateAnnotation] = mco.StateDone
-	n.Annotations[mco.LastAppliedDrainAnnotation] = "drain-rendered-2"
-	n.Spec.Unschedulable = false
-	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w2, _ := h.kube.CoreV1().Nodes().Get(context.Background(), "w2", metav1.GetOptions{})
-	w2.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
-	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), w2, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.deletePod("model-abc-a")
+	h.allowEvictions()
+	h.surgeNode("w1", depSurge)
 	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.deletePod("model-abc-a")
+	h.refresh()
+	h.settle(depSurge)
+	// w1 finished its update; the replacement runs on w2, which is next in line.
+	h.updateNode("w1", nodeUpdated)
+	h.updateNode("w2", func(n *corev1.Node) { n.Annotations[mco.DesiredConfigAnnotation] = "rendered-2" })
 	h.addPod(modelPod("model-abc-c", "w1", true))
 	h.refresh()
-	h.syncWorkload(depRef)
-	if *h.deployment(ns, "model").Spec.Replicas != 1 {
+	h.settle(depSurge)
+	if h.replicas() != 1 {
 		t.Fatal("not restored once the node was updated (--restore=node)")
 	}
 	onW2, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-b", metav1.GetOptions{})
@@ -577,8 +644,13 @@ func TestPlainKubernetesCordonTrigger(t *testing.T) {
 	cordoned.Annotations = nil
 	cordoned.Spec.Unschedulable = true
 	objs := append([]runtime.Object{namespace(ns), cordoned, gpuNode("w2"), pdb(0, 1, 1)}, model(1, "w1")...)
+	plain := func() *fake.Clientset {
+		k := fake.NewClientset(objs...)
+		k.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{surgeAPI}
+		return k
+	}
 
-	off := restart(t, nil, fake.NewClientset(objs...), mcfgfake.NewClientset())
+	off := restart(t, nil, plain(), mcfgfake.NewClientset(), newSurgeClient())
 	if off.c.pools != nil {
 		t.Fatal("MCO detection on although the cluster serves no MachineConfigPools")
 	}
@@ -588,7 +660,7 @@ func TestPlainKubernetesCordonTrigger(t *testing.T) {
 	}
 
 	h := restart(t, func(o *options.Options) { o.CordonedNodes = true; o.CordonGracePeriod = time.Minute },
-		fake.NewClientset(objs...), mcfgfake.NewClientset())
+		plain(), mcfgfake.NewClientset(), newSurgeClient())
 	if after := h.syncNode("w1"); after <= 0 || len(h.writes()) != 0 {
 		t.Fatalf("acted before the grace period (recheck after %v, writes %v)", after, h.writes())
 	}
@@ -599,20 +671,15 @@ func TestPlainKubernetesCordonTrigger(t *testing.T) {
 		t.Fatalf("acted before the grace period: %v", w)
 	}
 	h.clock.Step(30 * time.Second)
-	h.syncNode("w1")
-	d := h.deployment(ns, "model")
-	if *d.Spec.Replicas != 2 || recordOf(t, d.Annotations).Trigger != "Cordoned" {
-		t.Fatalf("no surge for a node cordoned past the grace period (replicas %d)", *d.Spec.Replicas)
+	h.surgeNode("w1", depSurge)
+	if h.replicas() != 2 || h.mustSurge(depSurge).Spec.Trigger != "Cordoned" {
+		t.Fatalf("no surge for a node cordoned past the grace period (replicas %d)", h.replicas())
 	}
-	n, _ := h.kube.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
-	n.Spec.Unschedulable = false
-	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.updateNode("w1", func(n *corev1.Node) { n.Spec.Unschedulable = false })
 	h.refresh()
-	h.syncWorkload(depRef)
-	if d := h.deployment(ns, "model"); *d.Spec.Replicas != 1 {
-		t.Fatalf("not restored after the uncordon: replicas %d", *d.Spec.Replicas)
+	h.settle(depSurge)
+	if h.replicas() != 1 {
+		t.Fatalf("not restored after the uncordon: replicas %d", h.replicas())
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "Uncordoned")
 }
@@ -622,17 +689,17 @@ func TestTwoBlockedPodsOfOneWorkloadAreOneSurge(t *testing.T) {
 	objs[len(objs)-1].(*policyv1.PodDisruptionBudget).Spec.MinAvailable = ptr.To(intstr.FromInt32(2))
 	objs[len(objs)-1].(*policyv1.PodDisruptionBudget).Status.DesiredHealthy = 2
 	h := newHarness(t, nil, append(objs, model(2, "w1", "w1")...)...)
-	h.syncNode("w1")
+	h.surgeNode("w1", depSurge)
 	patches := 0
 	for _, w := range h.writes() {
-		if w == "patch deployments" {
+		if w == "patch deployments" || w == "create surges" {
 			patches++
 		}
 	}
-	if patches != 1 {
-		t.Fatalf("%d surge writes for one workload with two blocked pods, want 1", patches)
+	if patches != 2 {
+		t.Fatalf("%d Surge creates and surge writes for one workload with two blocked pods, want 1 of each: %v", patches, h.writes())
 	}
-	if got := *h.deployment(ns, "model").Spec.Replicas; got != 3 {
+	if got := h.replicas(); got != 3 {
 		t.Fatalf("replicas = %d, want 3 (minAvailable 2 needs one more healthy replica)", got)
 	}
 	if v := testutil.ToFloat64(h.metrics.BlockedPods.WithLabelValues("worker")); v != 2 {

@@ -23,7 +23,7 @@ const (
 	ReasonSurgeFailed         = "SurgeFailed"
 	ReasonSurgeExpired        = "SurgeExpired"
 	ReasonExternalChange      = "ExternalChange"
-	ReasonMalformedRecord     = "MalformedSurgeRecord"
+	ReasonUntrustedSurge      = "UntrustedSurge"
 	ReasonDryRun              = "DryRun"
 	ReasonSurgeDeferred       = "SurgeDeferred"
 	ReasonWorkloadDeleted     = "WorkloadDeleted"

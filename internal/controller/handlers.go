@@ -3,30 +3,48 @@ package controller
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
-// onNode re-examines the node and every surge made for it.
+// onNode re-examines the node and every Surge made for it.
 func (c *Controller) onNode(obj any) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return
 	}
 	c.enqueueNode(n.Name)
-	for _, t := range c.state.surges() {
-		if t.node == n.Name {
-			c.enqueueWorkload(t.ref)
-		}
+	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
+}
+
+// podHandler is onPod for every event, and on a deletion also re-examines the stalls deferred for
+// capacity: the deleted pod's requests are free now.
+func (c *Controller) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onPod,
+		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			c.onPod(obj)
+			for _, n := range c.state.wantingNodes() {
+				c.enqueueNode(n)
+			}
+		},
 	}
 }
 
-// onPod re-examines the pod's node when it is under drain, and the surge whose workload the pod
-// belongs to: a replacement turning Ready or a blocked pod leaving moves a surge along.
+// onPod re-examines the pod's node when it is under drain, and the Surges of the pod's namespace: a
+// replacement turning Ready or a blocked pod leaving moves a surge along. A namespace holds few Surges
+// (one per surged workload), so matching them all is cheaper than resolving the pod's owner.
 func (c *Controller) onPod(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -37,14 +55,18 @@ func (c *Controller) onPod(obj any) {
 			c.enqueueNode(n)
 		}
 	}
-	for _, t := range c.state.surges() {
-		if t.selector != nil && t.ref.Namespace == p.Namespace && t.selector.Matches(labels.Set(p.Labels)) {
-			c.enqueueWorkload(t.ref)
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		// A pod leaving frees its requests: a stall deferred for capacity may fit now.
+		for _, n := range c.state.wantingNodes() {
+			c.enqueueNode(n)
 		}
+	}
+	for _, s := range c.surges.InNamespace(p.Namespace) {
+		c.enqueueSurge(s)
 	}
 }
 
-// onPool re-examines the pool's nodes and the surges held for it.
+// onPool re-examines the pool's nodes and the Surges held for it.
 func (c *Controller) onPool(obj any) {
 	p, ok := obj.(*mcfgv1.MachineConfigPool)
 	if !ok {
@@ -57,11 +79,8 @@ func (c *Controller) onPool(obj any) {
 			c.enqueueNode(n.Name)
 		}
 	}
-	for _, t := range c.state.surges() {
-		if t.pool == p.Name {
-			c.enqueueWorkload(t.ref)
-		}
-	}
+	// Any pool's progress can make nodes safe for survivors of any surge (--restore=auto).
+	c.enqueueSurges(func(*v1alpha1.Surge) bool { return true })
 }
 
 // enqueueWatchedNodes re-examines every node under drain, e.g. when a PDB's status changes.
@@ -71,28 +90,27 @@ func (c *Controller) enqueueWatchedNodes() {
 	}
 }
 
-// onScalable follows objects that may carry a surge record, the targets of tracked surges (someone
-// may change their fields), and pod owners of tracked surges (whose replica counts a two-step restore
-// waits on).
+// onScalable re-examines the Surges whose target or pod owner the object is: someone may change their
+// fields, and a two-step restore waits on the pod owner's counts.
 func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 	return func(obj any) {
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return
 		}
-		ref := workload.Ref{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUID()}
-		tracked := c.state.isTracked(ref)
-		if _, ok := m.GetAnnotations()[workload.RecordAnnotation]; ok || tracked {
-			if !tracked {
-				c.state.track(trackedSurge{ref: ref})
-			}
-			c.enqueueWorkload(ref)
-		}
-		for _, t := range c.state.surges() {
-			owner := t.podOwner.Kind == kind && t.podOwner.Namespace == ref.Namespace && t.podOwner.Name == ref.Name
-			if owner || t.target == ref {
-				c.enqueueWorkload(t.ref)
+		for _, s := range c.surges.InNamespace(m.GetNamespace()) {
+			target := s.Spec.Target.Kind == string(kind) && s.Spec.Target.Name == m.GetName()
+			owner := s.Spec.PodOwner.Kind == string(kind) && s.Spec.PodOwner.Name == m.GetName()
+			if target || owner {
+				c.enqueueSurge(s)
 			}
 		}
+	}
+}
+
+// onSurge moves a Surge along when it changes.
+func (c *Controller) onSurge(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		c.queue.Add(key{Surge: keyOfObject(u)})
 	}
 }

@@ -13,9 +13,11 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -26,23 +28,27 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
-	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // harness runs the controller's sync functions against fake clientsets. The informer caches are filled
 // by hand from the fake clientsets (refresh), so each step sees exactly the objects the test expects,
 // as an informer would after delivering the writes.
 type harness struct {
-	t        *testing.T
-	c        *Controller
-	kube     *fake.Clientset
-	mco      *mcfgfake.Clientset
-	recorder *events.FakeRecorder
-	metrics  *metrics.Metrics
-	clock    *clocktesting.FakeClock
+	t    *testing.T
+	c    *Controller
+	kube *fake.Clientset
+	mco  *mcfgfake.Clientset
+	// dyn serves the Surges (the guardian's own state).
+	dyn *dynamicfake.FakeDynamicClient
+	// kserveServed turns the fake KServe API on and off (see withInferenceService).
+	kserveServed func(bool)
+	recorder     *events.FakeRecorder
+	metrics      *metrics.Metrics
+	clock        *clocktesting.FakeClock
 }
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -61,12 +67,23 @@ func newHarness(t *testing.T, mutate func(*options.Options), objs ...runtime.Obj
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: "machineconfiguration.openshift.io/v1",
 		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}},
-	}}
-	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...))
+	}, surgeAPI}
+	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...), newSurgeClient())
+}
+
+// surgeAPI is the discovery entry of the Surge CRD.
+var surgeAPI = &metav1.APIResourceList{
+	GroupVersion: v1alpha1.SchemeGroupVersion.String(),
+	APIResources: []metav1.APIResource{{Name: "surges", Kind: "Surge", Namespaced: true}, {Name: "surges/status", Kind: "Surge", Namespaced: true}},
+}
+
+func newSurgeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.SurgesResource: "SurgeList"}, objs...)
 }
 
 // restart builds a guardian with empty memory over existing clientsets: a crash and restart.
-func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, mcoClient *mcfgfake.Clientset) *harness {
+func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, mcoClient *mcfgfake.Clientset, dyn *dynamicfake.FakeDynamicClient) *harness {
 	t.Helper()
 	opts := options.NewOptions()
 	opts.LeaderElect = false
@@ -75,7 +92,7 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 	}
 	m := metrics.New()
 	rec := events.NewFakeRecorder(100)
-	c, err := New(opts, Clients{Kube: kube, MCO: mcoClient, Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Discovery: kube.Discovery()}, rec, m, zap.NewNop())
+	c, err := New(opts, Clients{Kube: kube, MCO: mcoClient, Dynamic: dyn, Discovery: kube.Discovery()}, rec, m, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +100,7 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 	c.clock = clk
 	// The tests play the leader: Run would set this.
 	c.state.setLeading(true)
-	h := &harness{t: t, c: c, kube: kube, mco: mcoClient, recorder: rec, metrics: m, clock: clk}
+	h := &harness{t: t, c: c, kube: kube, mco: mcoClient, dyn: dyn, recorder: rec, metrics: m, clock: clk}
 	h.refresh()
 	return h
 }
@@ -123,6 +140,15 @@ func (h *harness) refresh() {
 		pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
 		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
 	}
+	surges, err := h.dyn.Resource(v1alpha1.SurgesResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var items []runtime.Object
+	for i := range surges.Items {
+		items = append(items, &surges.Items[i])
+	}
+	fill(h.c.surges.indexer, items)
 }
 
 func toObjs[T any, PT interface {
@@ -145,13 +171,66 @@ func (h *harness) syncNode(name string) time.Duration {
 	return after
 }
 
-func (h *harness) syncWorkload(ref workload.Ref) time.Duration {
+// syncSurge runs one sync of the Surge (one decision, at most one write).
+func (h *harness) syncSurge(name string) time.Duration {
 	h.t.Helper()
-	after, err := h.c.syncWorkload(context.Background(), ref)
+	after, err := h.c.syncSurge(context.Background(), types.NamespacedName{Namespace: ns, Name: name})
 	if err != nil {
-		h.t.Fatalf("syncWorkload(%s): %v", ref, err)
+		h.t.Fatalf("syncSurge(%s): %v", name, err)
 	}
 	return after
+}
+
+// settle syncs the Surge, refreshing the caches after each write as the informers would, until a
+// sync writes nothing; it returns the last requeue delay.
+func (h *harness) settle(name string) time.Duration {
+	h.t.Helper()
+	// An eviction the fake API accepts leaves the pod in place (there is no kubelet): it is no step.
+	steps := func() int {
+		n := 0
+		for _, w := range h.writes() {
+			if w != "create pods/eviction" {
+				n++
+			}
+		}
+		return n
+	}
+	for range 12 {
+		before := steps()
+		after := h.syncSurge(name)
+		h.refresh()
+		if steps() == before {
+			return after
+		}
+	}
+	h.t.Fatalf("Surge %s keeps writing: %v", name, h.writes())
+	return 0
+}
+
+// surge returns the Surge, or nil when there is none.
+func (h *harness) surge(name string) *v1alpha1.Surge {
+	h.t.Helper()
+	u, err := h.dyn.Resource(v1alpha1.SurgesResource).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s, err := toSurge(u)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// phase returns the Surge's phase, or "" when there is none.
+func (h *harness) phase(name string) v1alpha1.Phase {
+	h.t.Helper()
+	if s := h.surge(name); s != nil {
+		return s.PhaseOf()
+	}
+	return ""
 }
 
 // events drains the recorded Events as "Type Reason Note" strings.
@@ -197,7 +276,8 @@ func (h *harness) deployment(ns, name string) *appsv1.Deployment {
 // writes lists the mutating API calls the controller made (verb resource[/subresource]).
 func (h *harness) writes() []string {
 	var out []string
-	for _, a := range h.kube.Actions() {
+	actions := append(h.kube.Actions(), h.dyn.Actions()...)
+	for _, a := range actions {
 		switch a.GetVerb() {
 		case "get", "list", "watch":
 			continue
@@ -333,4 +413,5 @@ func hpaFor(min *int32, max int32) *autoscalingv2.HorizontalPodAutoscaler {
 	}
 }
 
-var depRef = workload.Ref{Kind: workload.KindDeployment, Namespace: ns, Name: "model", UID: "dep-uid"}
+// depSurge is the name of the Surge of the "model" Deployment.
+const depSurge = "deployment-model"

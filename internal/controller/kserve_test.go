@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -31,12 +33,14 @@ func withInferenceService(t *testing.T, h *harness, dyn *dynamicfake.FakeDynamic
 	t.Helper()
 	h.c.store.Dynamic = dyn
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	served := true
 	h.c.store.KServe = func(kind workload.Kind) (cache.GenericLister, schema.GroupVersionResource, bool) {
-		if kind != workload.KindInferenceService {
+		if kind != workload.KindInferenceService || !served {
 			return nil, schema.GroupVersionResource{}, false
 		}
 		return cache.NewGenericLister(idx, isvcGVR.GroupResource()), isvcGVR, true
 	}
+	h.kserveServed = func(b bool) { served = b }
 	refresh = func() {
 		h.refresh()
 		var items []any
@@ -76,9 +80,11 @@ func predictorOf(objs []runtime.Object) []runtime.Object {
 	return objs
 }
 
-func TestInferenceServiceIsSurgedThroughItsSpecWithTheRecordOnThePredictor(t *testing.T) {
+const isvcSurge = "inferenceservice-llm"
+
+func TestInferenceServiceIsSurgedThroughItsSpecAndRestoredExactly(t *testing.T) {
 	spec := map[string]any{"predictor": map[string]any{"maxReplicas": int64(1), "model": map[string]any{"modelFormat": map[string]any{"name": "vllm"}}}}
-	h := newHarness(t, nil, predictorOf(stalled())...)
+	h := newHarness(t, func(o *options.Options) { o.Restore = "pool" }, predictorOf(stalled())...)
 	dyn := kserveClient(inferenceService(spec))
 	refresh := withInferenceService(t, h, dyn)
 	get := func() *unstructured.Unstructured {
@@ -89,61 +95,87 @@ func TestInferenceServiceIsSurgedThroughItsSpecWithTheRecordOnThePredictor(t *te
 		return u
 	}
 	before := get().DeepCopy()
+	settle := func() {
+		for range 6 {
+			refresh()
+			h.syncSurge(isvcSurge)
+		}
+		refresh()
+	}
 
-	// Step 1: the record goes on the predictor Deployment, never on the InferenceService (KServe copies
-	// its annotations into the pod template: an annotation there would restart the model).
+	// The state is a Surge in the namespace, never an annotation on the InferenceService (KServe
+	// copies those into the pod template) or on the predictor (KServe deletes foreign annotations).
 	h.syncNode("w1")
-	rec := recordOf(t, h.deployment(ns, "model").Annotations)
-	if !rec.Pending || rec.Target == nil || rec.Target.Kind != workload.KindInferenceService {
-		t.Fatalf("record = %+v, want a pending record targeting the InferenceService", rec)
+	s := h.mustSurge(isvcSurge)
+	if s.Spec.Target.Kind != "InferenceService" || s.Spec.Target.UID != "isvc-uid" || s.Spec.PodOwner.Name != "model" {
+		t.Fatalf("Surge spec = %+v", s.Spec)
 	}
-	if _, ok := get().GetAnnotations()[workload.RecordAnnotation]; ok {
-		t.Fatal("surge record written on the InferenceService")
+	if len(get().GetAnnotations()) != 1 || len(h.deployment(ns, "model").Annotations) != 0 {
+		t.Fatal("the guardian annotated the InferenceService or its predictor")
 	}
-	// Step 2: the fields, min and max together (validation rejects min > max).
-	refresh()
-	h.syncWorkload(depRef)
+	// The fields, min and max together (validation rejects min > max).
+	settle()
 	min, _, _ := unstructured.NestedInt64(get().Object, "spec", "predictor", "minReplicas")
 	max, _, _ := unstructured.NestedInt64(get().Object, "spec", "predictor", "maxReplicas")
-	if min != 2 || max != 2 {
-		t.Fatalf("after surge min/max = %d/%d, want 2/2", min, max)
-	}
-	// Step 3: the record is complete. Running the step again changes nothing.
-	refresh()
-	h.syncWorkload(depRef)
-	if recordOf(t, h.deployment(ns, "model").Annotations).Pending {
-		t.Fatal("record still pending after the fields were written")
+	if min != 2 || max != 2 || h.phase(isvcSurge) != v1alpha1.PhaseSurged {
+		t.Fatalf("after surge min/max = %d/%d, phase %s; want 2/2, Surged", min, max, h.phase(isvcSurge))
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeStarted, "spec.predictor.minReplicas from unset to 2")
 
-	// Restore after the pool update: Restoring, fields, record removed, spec byte-for-byte as before.
+	// Restore after the pool update: spec byte-for-byte as before, Surge gone.
 	h.updatePool(true)
-	for i := 0; i < 3; i++ {
-		refresh()
-		h.syncWorkload(depRef)
-	}
-	after := get()
-	if !reflect.DeepEqual(after.Object["spec"], before.Object["spec"]) {
+	settle()
+	if after := get(); !reflect.DeepEqual(after.Object["spec"], before.Object["spec"]) {
 		t.Fatalf("spec after restore = %v, want %v", after.Object["spec"], before.Object["spec"])
 	}
-	if _, ok := h.deployment(ns, "model").Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("record left on the predictor Deployment")
+	if h.surge(isvcSurge) != nil {
+		t.Fatal("Surge left behind")
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "spec.predictor.minReplicas to unset", "spec.predictor.maxReplicas to 1")
 }
 
-func TestInferenceServiceSurgeResumesAfterACrashBetweenRecordAndFields(t *testing.T) {
+func TestInferenceServiceSurgeResumesAfterACrashBetweenSurgeAndFields(t *testing.T) {
 	h := newHarness(t, nil, predictorOf(stalled())...)
 	dyn := kserveClient(inferenceService(map[string]any{"predictor": map[string]any{}}))
 	withInferenceService(t, h, dyn)
-	h.syncNode("w1") // record persisted, then the guardian "crashes"
+	h.syncNode("w1") // Surge persisted, then the guardian "crashes"
 
-	second := restart(t, nil, h.kube, h.mco)
+	second := restart(t, nil, h.kube, h.mco, h.dyn)
 	withInferenceService(t, second, dyn)
-	second.syncWorkload(depRef)
+	second.syncSurge(isvcSurge)
 	u, _ := dyn.Resource(isvcGVR).Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
 	if min, _, _ := unstructured.NestedInt64(u.Object, "spec", "predictor", "minReplicas"); min != 2 {
 		t.Fatalf("restarted guardian did not complete the pending surge: minReplicas %d", min)
+	}
+}
+
+// While KServe discovery has not found the kind (or its informer has not synced), the Surge is kept:
+// "not served yet" is never taken for "deleted".
+func TestInferenceServiceNotServedYetKeepsTheSurge(t *testing.T) {
+	h := newHarness(t, nil, predictorOf(stalled())...)
+	dyn := kserveClient(inferenceService(map[string]any{"predictor": map[string]any{}}))
+	refresh := withInferenceService(t, h, dyn)
+	h.syncNode("w1")
+	refresh()
+	h.syncSurge(isvcSurge)
+	refresh()
+	h.syncSurge(isvcSurge)
+	if h.phase(isvcSurge) != v1alpha1.PhaseSurged {
+		t.Fatalf("phase %s, want Surged", h.phase(isvcSurge))
+	}
+	restarted := restart(t, nil, h.kube, h.mco, h.dyn)
+	r := withInferenceService(t, restarted, dyn)
+	restarted.kserveServed(false)
+	r()
+	writes := len(restarted.writes())
+	if after := restarted.syncSurge(isvcSurge); after <= 0 {
+		t.Fatal("a Surge whose API is not available yet must be looked at again")
+	}
+	if restarted.surge(isvcSurge) == nil || len(restarted.writes()) != writes {
+		t.Fatalf("the Surge was dropped or written while its API was not available: %v", restarted.writes()[writes:])
+	}
+	if evs := restarted.events(); len(evs) != 0 {
+		t.Fatalf("events while waiting for the API: %v", evs)
 	}
 }
 
@@ -158,37 +190,37 @@ func TestInferenceServiceChangedBeforeTheSurgeWasWrittenIsLeftAlone(t *testing.T
 		t.Fatal(err)
 	}
 	refresh()
-	h.syncWorkload(depRef)
+	h.syncSurge(isvcSurge)
 	u, _ = dyn.Resource(isvcGVR).Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
 	if min, _, _ := unstructured.NestedInt64(u.Object, "spec", "predictor", "minReplicas"); min != 3 {
 		t.Fatalf("minReplicas = %d, want their 3", min)
 	}
-	if _, ok := h.deployment(ns, "model").Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("record not dropped")
+	if h.surge(isvcSurge) != nil {
+		t.Fatal("Surge not dropped")
 	}
 	requireEvent(t, h.events(), "Normal", ReasonExternalChange, "not surging")
 }
 
-func TestInferenceServiceDeletedDuringTheSurgeDropsTheRecord(t *testing.T) {
+func TestInferenceServiceDeletedDuringTheSurgeDropsTheSurge(t *testing.T) {
 	h := newHarness(t, nil, predictorOf(stalled())...)
 	dyn := kserveClient(inferenceService(map[string]any{"predictor": map[string]any{}}))
 	refresh := withInferenceService(t, h, dyn)
 	h.syncNode("w1")
 	refresh()
-	h.syncWorkload(depRef) // fields written
+	h.syncSurge(isvcSurge) // fields written
 	if err := dyn.Resource(isvcGVR).Namespace(ns).Delete(context.Background(), "llm", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	refresh()
-	if after := h.syncWorkload(depRef); after != 0 {
+	if after := h.syncSurge(isvcSurge); after != 0 {
 		t.Fatalf("requeued after the InferenceService was deleted: %v", after)
 	}
-	if _, ok := h.deployment(ns, "model").Annotations[workload.RecordAnnotation]; ok {
-		t.Fatal("record of a deleted InferenceService left on its Deployment")
+	if h.surge(isvcSurge) != nil {
+		t.Fatal("Surge of a deleted InferenceService left")
 	}
-	requireEvent(t, h.events(), "Warning", ReasonWorkloadDeleted, "InferenceService "+ns+"/llm was deleted during its surge")
+	requireEvent(t, h.events(), "Warning", ReasonWorkloadDeleted, "InferenceService llm was deleted during its surge")
 	refresh()
-	if after := h.syncWorkload(depRef); after != 0 || len(h.events()) != 0 {
+	if after := h.syncSurge(isvcSurge); after != 0 || len(h.events()) != 0 {
 		t.Fatal("the deletion is handled again on the next sync")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
@@ -173,6 +175,11 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 		return 0, c.unresolvable(st, pod, "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
 			"Pod blocks the drain of node %s (PDB %s allows no disruption) and cannot be surged: %s", node.Name, st.PDB.Name, unsup.Detail), nil
 	}
+	var notServed *workload.NotServedError
+	if errors.As(err, &notServed) {
+		return 0, c.unresolvable(st, pod, "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+			"Pod blocks the drain of node %s; it belongs to a %s, but this cluster does not serve that API (or the guardian has not synced it yet)", node.Name, notServed.Kind), nil
+	}
 	if err != nil {
 		return 0, "", err
 	}
@@ -186,36 +193,18 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.Ref, err)
 	}
-	carrier := obj
-	if target.Carrier != target.Ref {
-		if carrier, err = c.store.Get(target.Carrier); err != nil {
-			return 0, "", fmt.Errorf("reading %s: %w", target.Carrier, err)
-		}
-	}
 	owner, err := c.store.PodOwner(target.PodOwner)
 	if err != nil {
 		return 0, "", fmt.Errorf("reading %s: %w", target.PodOwner, err)
 	}
-	if obj.Ignored() || carrier.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
+	if obj.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
 		c.log.Debug("workload opted out", zap.Stringer("workload", target.Ref), zap.String("node", node.Name))
 		return 0, "", nil
 	}
-	rec, err := carrier.Record()
-	if err != nil {
-		c.reportMalformed(carrier, err)
-		return 0, "", nil
+	if existing, err := c.surges.Get(target.Ref.Namespace, surgeName(target)); err == nil {
+		return c.existingSurge(ctx, st, existing)
 	}
-	if rec != nil {
-		// A surge is under way for this workload: it covers this node too.
-		c.enqueueWorkload(carrier.Ref)
-		return 0, "", nil
-	}
-	if f := carrier.Failure(); f != nil && f.Node == node.Name && f.Drain == st.drain.Drain {
-		// This very stall was surged before and the surge failed; it was reported then.
-		return 0, f.Reason, nil
-	}
-	kind := string(target.Ref.Kind)
-	ref := obj.ObjectReference()
+	kind, ref := string(target.Ref.Kind), obj.ObjectReference()
 	delta, why := blocking.SurgeNeeded(st.PDB)
 	if st.MultiplePDBs {
 		why = blocking.ReasonMultiplePDBs
@@ -225,7 +214,7 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 			"PDB %s blocks the drain of node %s and no surge can satisfy it (%s): pod %s stays; fix the PDB or move the pod by hand",
 			st.PDB.Name, node.Name, describePDB(st.PDB, why), pod.Name), nil
 	}
-	fields, err := workload.PlanSurge(obj, target.Component, owner.Replicas, delta, c.kserve.nilKeepsCount())
+	fields, err := workload.PlanSurge(obj, target, owner.Replicas, delta, c.kserve.nilKeepsCount())
 	if errors.As(err, &unsup) {
 		return 0, c.unresolvable(st, ref, kind, ReasonUnsupportedOwner, guardian.ReasonUnsupported,
 			"Pod %s blocks the drain of node %s and is not surged: %s", pod.Name, node.Name, unsup.Detail), nil
@@ -233,27 +222,51 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 	if err != nil {
 		return 0, "", err
 	}
-	if _, ok := blocking.FitsElsewhere(pod, c.candidates()); !ok {
-		// Capacity may free up (another workload scaling down, a node joining): look again later.
+	if placed, missing := blocking.Fit(pod, int(delta), c.pendingReplacements(), c.candidates()); placed < int(delta) {
+		// Capacity may free up (a held surge restored, a node joining): look again later. Meanwhile
+		// surges of the pool whose survivors are safe give their capacity back (see guardian.finished).
+		c.state.wantCapacity(st.pool, node.Name, missing)
+		c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Pool == st.pool })
 		return deferRetry, c.unresolvable(st, ref, kind, ReasonNoCapacity, guardian.ReasonNoCapacity,
-			"Pod %s blocks the drain of node %s, but no other schedulable node can fit a replacement (requests, taints, affinity): not surging",
-			pod.Name, node.Name), nil
+			"Pod %s blocks the drain of node %s, but %d of %d replacement(s) fit on no other schedulable node (requests, taints, affinity): missing %s; not surging",
+			pod.Name, node.Name, int(delta)-placed, delta, describeResources(missing)), nil
 	}
-	return c.startSurge(ctx, st, target, obj, carrier, owner, fields, delta)
+	c.state.wantCapacity(st.pool, node.Name, nil)
+	spec := v1alpha1.SurgeSpec{
+		Fields: fields, Node: node.Name, Pool: st.pool, Trigger: string(st.drain.Trigger), Drain: st.drain.Drain,
+		PDB: st.PDB.Name, BlockedPod: pod.Name, Delta: delta, Replicas: owner.Replicas,
+	}
+	return c.startSurge(ctx, st, newSurge(target, obj, spec), obj, owner)
 }
 
-// startSurge persists the record and raises the fields (or, for a record kept on another object,
-// persists the record for the next steps), unless --max-concurrent-surges is reached or in dry-run.
-func (c *Controller) startSurge(ctx context.Context, st stall, target *workload.Target, obj, carrier *workload.Object,
-	owner *workload.PodOwnerState, fields []workload.Field, delta int32) (time.Duration, string, error) {
+// existingSurge handles a blocked pod whose workload has a Surge already: an active one covers this
+// node too; a Failed one for this very drain was reported when it failed; a Failed one for another
+// drain is forgotten so that this stall gets a surge of its own.
+func (c *Controller) existingSurge(ctx context.Context, st stall, s *v1alpha1.Surge) (time.Duration, string, error) {
+	c.enqueueSurge(s)
+	if s.PhaseOf() != v1alpha1.PhaseFailed {
+		return 0, "", nil
+	}
+	if s.Spec.Node == st.node.Name && s.Spec.Drain == st.drain.Drain {
+		return 0, s.Status.Reason, nil
+	}
+	if err := c.exec.deleteSurge(ctx, s); err != nil {
+		return 0, "", err
+	}
+	return time.Second, "", nil
+}
+
+// startSurge persists the Surge (phase Pending); the Surge's own sync then writes the fields. Nothing
+// is written when --max-concurrent-surges stalls are in flight already, or in dry-run.
+func (c *Controller) startSurge(ctx context.Context, st stall, s *v1alpha1.Surge, obj *workload.Object, owner *workload.PodOwnerState) (time.Duration, string, error) {
 	pod, node := st.Pod, st.node
-	ref, kind := obj.ObjectReference(), string(target.Ref.Kind)
+	ref, kind := obj.ObjectReference(), string(obj.Ref.Kind)
 	c.surgeMu.Lock()
 	defer c.surgeMu.Unlock()
-	if active := len(c.state.surges()); active >= c.opts.MaxConcurrentSurge {
+	if active := c.inFlight(); active >= c.opts.MaxConcurrentSurge {
 		if c.state.once(node.Name, st.key(ReasonSurgeDeferred)) {
 			c.event(ref, corev1.EventTypeNormal, ReasonSurgeDeferred, actionSurge,
-				"Pod %s blocks the drain of node %s; %d surges are active (--max-concurrent-surges=%d): waiting",
+				"Pod %s blocks the drain of node %s; %d stalls are being served (--max-concurrent-surges=%d): waiting",
 				pod.Name, node.Name, active, c.opts.MaxConcurrentSurge)
 		}
 		return deferRetry, "", nil
@@ -262,17 +275,13 @@ func (c *Controller) startSurge(ctx context.Context, st stall, target *workload.
 	if err != nil {
 		return 0, "", err
 	}
-	now := metav1.NewTime(c.clock.Now())
-	rec := &workload.Record{
-		Version: workload.RecordVersion, Fields: fields, PodOwner: target.PodOwner, Node: node.Name, Pool: st.pool,
-		Trigger: string(st.drain.Trigger), Drain: st.drain.Drain, BlockedPod: pod.Name, PDB: st.PDB.Name,
-		Delta: delta, ReadyBefore: readyElsewhere(pods, node.Name), StartTime: now,
-	}
+	s.Spec.ReadyBefore = readyElsewhere(pods, node.Name)
+	s.Spec.StartTime = metav1.NewTime(c.clock.Now())
 	detected, verb := ReasonStallDetected, "blocks the drain of"
 	if st.drain.Trigger == guardian.TriggerMCOTargeted {
 		detected, verb = ReasonStallPredicted, "would block the coming drain of"
 	}
-	change := describeFields(fields)
+	change := describeFields(s.Spec.Fields)
 	if c.opts.DryRun {
 		if c.state.once(node.Name, st.key(ReasonDryRun)) {
 			c.event(ref, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
@@ -281,23 +290,48 @@ func (c *Controller) startSurge(ctx context.Context, st stall, target *workload.
 		}
 		return 0, "", nil
 	}
-	patch := workload.SurgePatch(carrier, rec)
-	if carrier != obj {
-		// Record first; the next sync of the carrier writes the fields (see Record.Pending).
-		rec.Target, rec.Pending = &obj.Ref, true
-		patch = workload.StartRecordPatch(carrier, rec)
+	if err := c.exec.createSurge(ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return time.Second, "", nil
+		}
+		return 0, "", err
 	}
-	if err := c.store.Patch(ctx, carrier.Ref, patch); err != nil {
-		return 0, "", fmt.Errorf("surging %s: %w", target.Ref, err)
-	}
+	c.state.created(s)
 	c.metrics.StallsDetected.WithLabelValues(st.pool, kind, string(st.drain.Trigger)).Inc()
 	c.event(ref, corev1.EventTypeNormal, detected, actionDetect,
 		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, st.PDB.Name)
 	c.event(ref, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
-		"Surging %s so that a replacement runs elsewhere before node %s drains", change, node.Name)
-	c.state.track(trackedSurge{ref: carrier.Ref, target: obj.Ref, node: node.Name, pool: st.pool, podOwner: target.PodOwner, selector: owner.Selector, start: now.Time})
-	c.enqueueWorkload(carrier.Ref)
+		"Surging %s so that a replacement runs elsewhere before node %s drains (Surge %s)", change, node.Name, s.Name)
+	c.enqueueSurge(s)
 	return 0, "", nil
+}
+
+// inFlight counts the Surges serving a stall now (see guardian.InFlight), including those created
+// since the informer last delivered.
+func (c *Controller) inFlight() int {
+	return c.state.inFlight(c.surges.List())
+}
+
+// pendingReplacements lists the unscheduled pods of workloads with a stall in flight: the scheduler
+// will place them before any new replacement, so the capacity check counts them first.
+func (c *Controller) pendingReplacements() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, s := range c.surges.List() {
+		if !guardian.InFlight(s.PhaseOf()) {
+			continue
+		}
+		owner, err := c.store.PodOwner(targetOf(s).PodOwner)
+		if err != nil {
+			continue
+		}
+		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
+		for _, p := range pods {
+			if p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !blocking.Skip(p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // candidates lists every node with its pods, for the capacity check.
@@ -328,23 +362,6 @@ func readyElsewhere(pods []*corev1.Pod, node string) int32 {
 	return n
 }
 
-func describeFields(fields []workload.Field) string {
-	parts := make([]string, 0, len(fields))
-	for _, f := range fields {
-		from := "unset"
-		if f.Original != nil {
-			from = fmt.Sprint(*f.Original)
-		}
-		parts = append(parts, fmt.Sprintf("%s from %s to %d", fieldName(f.Path), from, f.Set))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// fieldName turns a JSON pointer into the dotted form people write.
-func fieldName(pointer string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(pointer, "/"), "/", ".")
-}
-
 func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 	switch why {
 	case blocking.ReasonMaxUnavailable:
@@ -357,11 +374,26 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 	return fmt.Sprintf("more than %d replicas would be needed", blocking.MaxSurge)
 }
 
-// reportMalformed reports an unreadable surge record once per version of the object and leaves it alone.
-func (c *Controller) reportMalformed(obj *workload.Object, err error) {
-	if c.state.once("", fmt.Sprintf("%s/%s/%s", ReasonMalformedRecord, obj.Ref.UID, obj.Meta.GetResourceVersion())) {
-		c.event(obj.ObjectReference(), corev1.EventTypeWarning, ReasonMalformedRecord, actionReport,
-			"Annotation %s cannot be read (%v): the guardian leaves this object alone; fix or remove the annotation",
-			workload.RecordAnnotation, err)
+// describeResources lists resources as "1 nvidia.com/gpu, 4 cpu", extended resources first.
+func describeResources(rl corev1.ResourceList) string {
+	names := make([]string, 0, len(rl))
+	for name := range rl {
+		names = append(names, string(name))
 	}
+	sort.Slice(names, func(i, j int) bool {
+		ei, ej := strings.Contains(names[i], "/"), strings.Contains(names[j], "/")
+		if ei != ej {
+			return ei
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		q := rl[corev1.ResourceName(n)]
+		parts = append(parts, q.String()+" "+n)
+	}
+	if len(parts) == 0 {
+		return "nothing measurable (taints, affinity or node readiness keep the replacements out)"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -50,15 +50,15 @@ func ownedByNotebook(t *testing.T, withScale bool) (*harness, *dynamicfake.FakeD
 func TestUnknownOwnerWithScaleIsSurgedThroughScale(t *testing.T) {
 	h, dyn := ownedByNotebook(t, true)
 	h.syncNode("w1")
-	rec := recordOf(t, h.deployment(ns, "model").Annotations)
-	if !rec.Pending || rec.Target == nil || rec.Target.Resource != "notebooks" {
-		t.Fatalf("record = %+v, want a pending record targeting notebooks/scale", rec)
+	s := h.mustSurge("notebook-nb")
+	if s.Spec.Target.Resource != "notebooks" || s.Spec.Target.APIVersion != "example.io/v1" || s.Spec.Target.UID != "nb-uid" {
+		t.Fatalf("Surge target = %+v, want notebooks/scale", s.Spec.Target)
 	}
+	h.refresh()
+	h.syncSurge("notebook-nb")
 	if *h.deployment(ns, "model").Spec.Replicas != 1 {
 		t.Fatal("the Deployment was scaled behind its owner's back")
 	}
-	h.refresh()
-	h.syncWorkload(depRef)
 	scaled := false
 	for _, a := range dyn.Actions() {
 		if a.GetVerb() == "patch" && a.GetSubresource() == "scale" {

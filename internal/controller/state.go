@@ -4,25 +4,14 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
-	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
-
-// trackedSurge is what the controller remembers of an object carrying a surge record. It is derived
-// from the informers (rebuilt on every start) and only routes events and feeds gauges: decisions are
-// always made from the record itself.
-type trackedSurge struct {
-	// ref is the object carrying the record; target the one whose fields changed (often the same).
-	ref      workload.Ref
-	target   workload.Ref
-	node     string
-	pool     string
-	podOwner workload.Ref
-	selector labels.Selector
-	start    time.Time
-}
 
 // nodeStats is the last blocked-pod count of a node under drain.
 type nodeStats struct {
@@ -31,19 +20,54 @@ type nodeStats struct {
 	unresolvable map[string]int
 }
 
-// state is the controller's in-memory bookkeeping, guarded by one mutex.
+// recentTTL bounds how long a Surge created by this process counts as in flight before the
+// informer has delivered it.
+const recentTTL = time.Minute
+
+// capacityWantedTTL is how long a stall deferred for capacity keeps asking held surges of its pool
+// to give theirs back; the stall re-asks on every retry.
+const capacityWantedTTL = 2 * deferRetry
+
+// state is the controller's in-memory bookkeeping, guarded by one mutex. Nothing in it is needed to
+// resume after a restart: the Surges are the state; this only routes, de-duplicates and feeds gauges.
 type state struct {
 	mu      sync.Mutex
 	metrics *metrics.Metrics
-	tracked map[workload.Ref]trackedSurge
 	watched map[string]nodeStats
 	// reported holds the keys of one-off reports (an Event and a failure count per stall), so that a
 	// stall re-examined every resync is reported once.
 	reported   map[string]string
 	cordonSeen map[string]time.Time
-	// leading gates the state gauges: a standby replica tracks surges from its informers too, but only
-	// the leader reports them, so that summing over replicas counts each surge once.
+	// trusted maps the Surges that passed verification to their last phase; untrusted ones are absent
+	// and never count against --max-concurrent-surges.
+	trusted map[types.NamespacedName]trustedSurge
+	// recent holds Surges this process created that the informer may not have delivered yet.
+	recent map[types.NamespacedName]time.Time
+	// wanted holds, per pool, the stalls deferred for lack of capacity and what they miss.
+	wanted map[string]map[string]wantedCapacity
+	// leading gates the state gauges: only the leader reports them.
 	leading bool
+}
+
+type trustedSurge struct {
+	uid   types.UID
+	phase v1alpha1.Phase
+	pool  string
+	kind  string
+	start time.Time
+	held  corev1.ResourceList
+}
+
+type wantedCapacity struct {
+	missing corev1.ResourceList
+	at      time.Time
+}
+
+func newState(m *metrics.Metrics) *state {
+	return &state{
+		metrics: m, watched: map[string]nodeStats{}, reported: map[string]string{}, cordonSeen: map[string]time.Time{},
+		trusted: map[types.NamespacedName]trustedSurge{}, recent: map[types.NamespacedName]time.Time{}, wanted: map[string]map[string]wantedCapacity{},
+	}
 }
 
 // setLeading starts (or stops) reporting the gauges.
@@ -55,66 +79,153 @@ func (s *state) setLeading(leading bool) {
 	s.updateNodeGauges()
 }
 
-func newState(m *metrics.Metrics) *state {
-	return &state{
-		metrics: m, tracked: map[workload.Ref]trackedSurge{}, watched: map[string]nodeStats{},
-		reported: map[string]string{}, cordonSeen: map[string]time.Time{},
-	}
+func keyOf(sg *v1alpha1.Surge) types.NamespacedName {
+	return types.NamespacedName{Namespace: sg.Namespace, Name: sg.Name}
 }
 
-// track records (or refreshes) an active surge and updates the surge gauges.
-func (s *state) track(t trackedSurge) {
+// created remembers a Surge this process just created.
+func (s *state) created(sg *v1alpha1.Surge) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tracked[t.ref] = t
+	s.recent[keyOf(sg)] = time.Now()
+}
+
+// verified records a Surge that passed verification, with its phase.
+func (s *state) verified(sg *v1alpha1.Surge) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := keyOf(sg)
+	t := s.trusted[key]
+	if t.uid != sg.UID {
+		t = trustedSurge{uid: sg.UID}
+	}
+	t.phase, t.pool, t.kind, t.start = sg.PhaseOf(), sg.Spec.Pool, sg.Spec.Target.Kind, sg.Spec.StartTime.Time
+	s.trusted[key] = t
+	delete(s.recent, key)
 	s.updateSurgeGauges()
 }
 
-// untrack forgets a surge; it reports whether it was tracked.
-func (s *state) untrack(ref workload.Ref) bool {
+// holding records the extended resources a trusted Surge's extra replicas hold.
+func (s *state) holding(sg *v1alpha1.Surge, held corev1.ResourceList) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.tracked[ref]
-	if ok {
-		delete(s.tracked, ref)
+	if t, ok := s.trusted[keyOf(sg)]; ok && t.uid == sg.UID {
+		t.held = held
+		s.trusted[keyOf(sg)] = t
 		s.updateSurgeGauges()
 	}
-	return ok
 }
 
-func (s *state) get(ref workload.Ref) (trackedSurge, bool) {
+// rejected forgets a Surge that failed verification.
+func (s *state) rejected(sg *v1alpha1.Surge) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.tracked[ref]
-	return t, ok
+	delete(s.trusted, keyOf(sg))
+	s.updateSurgeGauges()
 }
 
-func (s *state) isTracked(ref workload.Ref) bool {
-	_, ok := s.get(ref)
-	return ok
-}
-
-func (s *state) surges() []trackedSurge {
+// forgetSurge forgets a deleted Surge.
+func (s *state) forgetSurge(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]trackedSurge, 0, len(s.tracked))
-	for _, t := range s.tracked {
-		out = append(out, t)
+	delete(s.recent, key)
+	delete(s.trusted, key)
+	s.updateSurgeGauges()
+}
+
+// inFlight counts the trusted Surges serving a stall, plus those created but not seen yet. Surges
+// lists what the informer has now: a trusted Surge it no longer has is gone.
+func (s *state) inFlight(surges []*v1alpha1.Surge) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	seen := map[types.NamespacedName]bool{}
+	for _, sg := range surges {
+		seen[keyOf(sg)] = true
+		if t, ok := s.trusted[keyOf(sg)]; ok && t.uid == sg.UID && guardian.InFlight(sg.PhaseOf()) {
+			n++
+		}
+	}
+	for key, at := range s.recent {
+		if time.Since(at) > recentTTL {
+			delete(s.recent, key)
+		} else if !seen[key] {
+			n++
+		}
+	}
+	return n
+}
+
+// wantCapacity records (missing != nil) or clears what a deferred stall on node misses.
+func (s *state) wantCapacity(pool, node string, missing corev1.ResourceList) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if missing == nil {
+		delete(s.wanted[pool], node)
+	} else {
+		if s.wanted[pool] == nil {
+			s.wanted[pool] = map[string]wantedCapacity{}
+		}
+		s.wanted[pool][node] = wantedCapacity{missing: missing, at: time.Now()}
+	}
+	s.updateNodeGauges()
+}
+
+// wantingNodes lists the nodes whose stalls wait for capacity.
+func (s *state) wantingNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, nodes := range s.wanted {
+		for n := range nodes {
+			out = append(out, n)
+		}
 	}
 	return out
+}
+
+// capacityWanted reports whether a stall of the pool waits for capacity now.
+func (s *state) capacityWanted(pool string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for node, w := range s.wanted[pool] {
+		if time.Since(w.at) > capacityWantedTTL {
+			delete(s.wanted[pool], node)
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 func (s *state) updateSurgeGauges() {
 	s.metrics.SurgesActive.Reset()
 	s.metrics.SurgeStartTime.Reset()
+	s.metrics.Surges.Reset()
+	s.metrics.SurgeHeldResources.Reset()
 	if !s.leading {
 		return
 	}
-	for _, t := range s.tracked {
-		s.metrics.SurgesActive.WithLabelValues(t.pool, string(t.ref.Kind)).Inc()
-		if !t.start.IsZero() {
-			s.metrics.SurgeStartTime.WithLabelValues(t.ref.Namespace, t.ref.Name, string(t.ref.Kind)).Set(float64(t.start.Unix()))
+	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseSurged, v1alpha1.PhaseReady, v1alpha1.PhaseResolved, v1alpha1.PhaseRestoring, v1alpha1.PhaseFailed} {
+		s.metrics.Surges.WithLabelValues(string(p)).Set(0)
+	}
+	held := map[string]*resource.Quantity{}
+	for key, t := range s.trusted {
+		s.metrics.Surges.WithLabelValues(string(t.phase)).Inc()
+		if t.phase == v1alpha1.PhaseFailed {
+			continue
 		}
+		s.metrics.SurgesActive.WithLabelValues(t.pool, t.kind).Inc()
+		s.metrics.SurgeStartTime.WithLabelValues(key.Namespace, key.Name, t.kind).Set(float64(t.start.Unix()))
+		for name, q := range t.held {
+			if held[string(name)] == nil {
+				held[string(name)] = resource.NewQuantity(0, q.Format)
+			}
+			held[string(name)].Add(q)
+		}
+	}
+	for name, q := range held {
+		s.metrics.SurgeHeldResources.WithLabelValues(name).Set(q.AsApproximateFloat64())
 	}
 }
 
@@ -124,6 +235,9 @@ func (s *state) setNode(node string, st *nodeStats) {
 	defer s.mu.Unlock()
 	if st == nil {
 		delete(s.watched, node)
+		for pool := range s.wanted {
+			delete(s.wanted[pool], node)
+		}
 		for k, n := range s.reported {
 			if n == node {
 				delete(s.reported, k)
@@ -138,6 +252,7 @@ func (s *state) setNode(node string, st *nodeStats) {
 func (s *state) updateNodeGauges() {
 	s.metrics.BlockedPods.Reset()
 	s.metrics.UnresolvableBlocks.Reset()
+	s.metrics.MissingCapacity.Reset()
 	if !s.leading {
 		return
 	}
@@ -145,6 +260,13 @@ func (s *state) updateNodeGauges() {
 		s.metrics.BlockedPods.WithLabelValues(n.pool).Add(float64(n.blocked))
 		for reason, count := range n.unresolvable {
 			s.metrics.UnresolvableBlocks.WithLabelValues(n.pool, reason).Add(float64(count))
+		}
+	}
+	for pool, nodes := range s.wanted {
+		for _, w := range nodes {
+			for name, q := range w.missing {
+				s.metrics.MissingCapacity.WithLabelValues(pool, string(name)).Add(q.AsApproximateFloat64())
+			}
 		}
 	}
 }

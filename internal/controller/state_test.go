@@ -5,17 +5,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
-	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 func TestOnlyTheLeaderReportsSurgeAndBlockedGauges(t *testing.T) {
 	m := metrics.New()
 	s := newState(m)
-	ref := workload.Ref{Kind: workload.KindDeployment, Namespace: "ns", Name: "model"}
-	s.track(trackedSurge{ref: ref, pool: "worker", start: t0})
+	sg := &v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "model", UID: "u1"},
+		Spec:   v1alpha1.SurgeSpec{Pool: "worker", Target: v1alpha1.ObjectReference{Kind: "Deployment"}, StartTime: metav1.NewTime(t0)},
+		Status: v1alpha1.SurgeStatus{Phase: v1alpha1.PhaseSurged}}
+	s.verified(sg)
 	s.setNode("w1", &nodeStats{pool: "worker", blocked: 1})
-	if n := testutil.CollectAndCount(m.SurgesActive) + testutil.CollectAndCount(m.BlockedPods) + testutil.CollectAndCount(m.SurgeStartTime); n != 0 {
+	if n := testutil.CollectAndCount(m.SurgesActive) + testutil.CollectAndCount(m.BlockedPods) + testutil.CollectAndCount(m.SurgeStartTime) + testutil.CollectAndCount(m.Surges); n != 0 {
 		t.Fatalf("a standby replica exports %d surge/blocked series", n)
 	}
 	s.setLeading(true)
@@ -28,7 +33,10 @@ func TestOnlyTheLeaderReportsSurgeAndBlockedGauges(t *testing.T) {
 	if v := testutil.ToFloat64(m.BlockedPods.WithLabelValues("worker")); v != 1 {
 		t.Fatalf("leader blocked_pods = %v", v)
 	}
-	s.untrack(ref)
+	if v := testutil.ToFloat64(m.Surges.WithLabelValues("Surged")); v != 1 {
+		t.Fatalf("leader surges{phase=Surged} = %v", v)
+	}
+	s.forgetSurge(types.NamespacedName{Namespace: "ns", Name: "model"})
 	if n := testutil.CollectAndCount(m.SurgeStartTime); n != 0 {
 		t.Fatalf("surge_start_time_seconds kept %d series after the restore", n)
 	}

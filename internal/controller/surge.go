@@ -2,20 +2,23 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
@@ -28,161 +31,403 @@ const deletionCostAnnotation = "controller.kubernetes.io/pod-deletion-cost"
 // leaveFirstCost is the deletion cost given to the surplus pods on nodes that still have to update.
 const leaveFirstCost = "-1000"
 
-// syncWorkload moves one surge along: it reads the record from the object carrying it, observes the
-// pods, node and pool, and carries out guardian.Decide's answer. ref is the record's carrier.
-func (c *Controller) syncWorkload(ctx context.Context, ref workload.Ref) (time.Duration, error) {
-	carrier, err := c.store.Get(ref)
+// notServedRetry is how soon a Surge whose target API is not served (or synced) is looked at again.
+const notServedRetry = 30 * time.Second
+
+// surgeCase is one Surge with the live objects it was verified against.
+type surgeCase struct {
+	s      *v1alpha1.Surge
+	target *workload.Target
+	obj    *workload.Object
+	// owner is nil when the pod owner is gone.
+	owner *workload.PodOwnerState
+	pods  []*corev1.Pod
+}
+
+// syncSurge moves one Surge along: verify it against the live objects, observe, decide, execute one
+// write.
+func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+	s, err := c.surges.Get(key.Namespace, key.Name)
 	if apierrors.IsNotFound(err) {
-		if t, ok := c.state.get(ref); ok {
-			c.state.untrack(ref)
-			c.metrics.StallsFailed.WithLabelValues(t.pool, string(ref.Kind), guardian.ReasonPodOwnerGone).Inc()
-			c.event(ref.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
-				"%s was deleted during its surge for node %s: its surge record went with it, nothing is left to restore", ref, t.node)
-		}
+		c.state.forgetSurge(key)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	rec, err := carrier.Record()
-	if err != nil {
-		c.reportMalformed(carrier, err)
+	sc, retry, err := c.verify(ctx, s)
+	if sc == nil {
+		return retry, err
+	}
+	obs := c.observe(sc)
+	action := guardian.Decide(c.cfg, obs)
+	c.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
+		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
+	after, err := c.execute(ctx, sc, obs, action)
+	if errors.Is(err, errDryRun) {
 		return 0, nil
 	}
-	if rec == nil {
-		c.state.untrack(ref)
-		return 0, nil
+	if isConflict(err) {
+		// The decision was made on a stale object: the informer brings the new one; decide again.
+		c.log.Debug("conflict; deciding again", zap.String("surge", key.String()), zap.Error(err))
+		return time.Second, nil
 	}
-	s := &surge{carrier: carrier, target: carrier, rec: rec}
-	if rec.Target != nil {
-		if s.target, err = c.store.Get(*rec.Target); apierrors.IsNotFound(err) {
-			// The surged object is gone (its Deployment follows by garbage collection): drop the record.
-			if done, err := c.write(ctx, carrier, workload.FinishPatch(carrier, nil), "drop the record of a deleted "+string(rec.Target.Kind)); !done {
-				return c.ignoreGone(done, err)
-			}
-			c.state.untrack(ref)
-			c.metrics.StallsFailed.WithLabelValues(rec.Pool, string(rec.Target.Kind), guardian.ReasonPodOwnerGone).Inc()
-			c.event(rec.Target.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
-				"%s was deleted during its surge for node %s: surge record dropped from %s", *rec.Target, rec.Node, ref)
-			return 0, nil
-		} else if err != nil {
-			return 0, err
-		}
-		if rec.Pending {
-			return c.completeSurge(ctx, s)
-		}
+	return after, err
+}
+
+// verify checks everything the Surge says against the live objects: the namespace is in scope, the
+// target exists with the recorded UID, the pod owner is controlled by the target (the same owner
+// chain the guardian resolves for a blocked pod), and every field path is one the guardian's code
+// writes for that kind. A Surge that fails a check is reported once and left alone. A nil case with
+// no error means "look again later" (retry) or "nothing to do".
+func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase, time.Duration, error) {
+	t := targetOf(s)
+	reject := func(reason, format string, args ...any) (*surgeCase, time.Duration, error) {
+		c.rejectSurge(s, reason, fmt.Sprintf(format, args...))
+		return nil, 0, nil
 	}
-	obs := guardian.Observation{Now: c.clock.Now(), Record: rec}
-	tracked := trackedSurge{ref: carrier.Ref, target: s.target.Ref, node: rec.Node, pool: rec.Pool, podOwner: rec.PodOwner, start: rec.StartTime.Time}
-	var pods []*corev1.Pod
-	owner, err := c.store.PodOwner(rec.PodOwner)
+	if !c.inScope(s.Namespace) {
+		return reject("OutOfScope", "namespace %s is outside --namespace-selector or opted out", s.Namespace)
+	}
+	if err := workload.CheckPaths(t, s.Spec.Fields); err != nil {
+		return reject("UnknownField", "%v", err)
+	}
+	// Read by name, then compare UIDs: a namesake is not the object the surge was made on.
+	byName := t.Ref
+	byName.UID = ""
+	obj, err := c.store.Get(byName)
+	var notServed *workload.NotServedError
+	switch {
+	case errors.As(err, &notServed):
+		// Never conclude "deleted" from an API that is not served or not synced yet: wait.
+		c.log.Info("target API not available yet; keeping the Surge", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
+		return nil, notServedRetry, nil
+	case apierrors.IsNotFound(err):
+		return nil, 0, c.targetGone(ctx, s)
+	case err != nil:
+		return nil, 0, fmt.Errorf("reading %s: %w", t.Ref, err)
+	}
+	if obj.Ref.UID != t.Ref.UID {
+		return reject("UIDMismatch", "%s has UID %s, the Surge names %s", t.Ref, obj.Ref.UID, t.Ref.UID)
+	}
+	if obj.Ignored() {
+		return reject("OptedOut", "%s carries %s=true", t.Ref, workload.IgnoreAnnotation)
+	}
+	sc := &surgeCase{s: s, target: t, obj: obj}
+	owner, err := c.store.PodOwner(t.PodOwner)
 	switch {
 	case apierrors.IsNotFound(err):
-		obs.PodOwnerGone = true
+		return sc, 0, nil
 	case err != nil:
-		return 0, err
-	default:
-		tracked.selector = owner.Selector
-		if pods, err = c.pods.Pods(rec.PodOwner.Namespace).List(owner.Selector); err != nil {
-			return 0, err
-		}
-		obs.ScaledDown = owner.StatusReplicas <= owner.Replicas
+		return nil, 0, fmt.Errorf("reading %s: %w", t.PodOwner, err)
 	}
-	c.state.track(tracked)
-	if obs.Node, err = c.nodes.Get(rec.Node); err != nil && !apierrors.IsNotFound(err) {
-		return 0, err
+	if workload.IgnoredByAnnotation(owner.Annotations) {
+		return reject("OptedOut", "%s carries %s=true", t.PodOwner, workload.IgnoreAnnotation)
 	}
-	if rec.Pool != "" && c.pools != nil {
-		if obs.Pool, err = c.pools.Get(rec.Pool); err != nil && !apierrors.IsNotFound(err) {
-			return 0, err
-		}
+	resolved, err := c.store.ResolveOwner(t.PodOwner)
+	if errors.As(err, &notServed) {
+		return nil, notServedRetry, nil
 	}
-	observePods(&obs, pods, rec.Node)
-	if rec.Target != nil && rec.Restoring != "" {
-		// A split restore continues whatever the pods do: its count comes down when the owner decides.
-		return c.restore(ctx, s, guardian.Action{Kind: guardian.ActFinishRestore}, pods, obs)
+	if err != nil || resolved.Ref.Kind != t.Ref.Kind || resolved.Ref.Name != t.Ref.Name || resolved.Ref.UID != t.Ref.UID ||
+		resolved.Ref.Resource != t.Ref.Resource || resolved.Component != t.Component {
+		return reject("OwnerMismatch", "%s does not control %s (resolved: %v)", t.Ref, t.PodOwner, describeResolved(resolved, err))
 	}
+	sc.owner = owner
+	if sc.pods, err = c.pods.Pods(s.Namespace).List(owner.Selector); err != nil {
+		return nil, 0, err
+	}
+	c.state.verified(s)
+	return sc, 0, nil
+}
 
-	action := guardian.Decide(c.cfg, obs)
-	c.log.Debug("decided", zap.Stringer("workload", ref), zap.String("node", rec.Node),
-		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
-	eref := s.target.ObjectReference()
-	kind := string(s.target.Ref.Kind)
-	switch action.Kind {
-	case guardian.ActMarkReady:
-		if done, err := c.stamp(ctx, s, "record the Ready replacement", func(r *workload.Record, now *metav1.Time) { r.ReadyTime = now }, obs.Now); !done {
+func describeResolved(t *workload.Target, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return t.Ref.String()
+}
+
+// rejectSurge reports, once per Surge version, a Surge the guardian will not act on.
+func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
+	c.state.rejected(s)
+	if c.state.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
+		c.metrics.SurgesRejected.WithLabelValues(reason).Inc()
+		c.event(surgeRef(s), corev1.EventTypeWarning, ReasonUntrustedSurge, actionReport,
+			"Surge %s/%s is not acted on (%s): %s. Its fields are left as they are; check them and delete the Surge by hand",
+			s.Namespace, s.Name, reason, detail)
+	}
+}
+
+// targetGone handles a Surge whose target was deleted (its API served and synced): the garbage
+// collector removes the Surge with its owner; delete it now and say so.
+func (c *Controller) targetGone(ctx context.Context, s *v1alpha1.Surge) error {
+	if err := c.exec.deleteSurge(ctx, s); err != nil {
+		return err
+	}
+	if s.PhaseOf() != v1alpha1.PhaseFailed {
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind, guardian.ReasonPodOwnerGone).Inc()
+		c.event(targetOf(s).Ref.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
+			"%s %s was deleted during its surge for node %s: nothing is left to restore", s.Spec.Target.Kind, s.Spec.Target.Name, s.Spec.Node)
+	}
+	return nil
+}
+
+// observe gathers what Decide needs from the listers.
+func (c *Controller) observe(sc *surgeCase) guardian.Observation {
+	s := sc.s
+	now := c.clock.Now()
+	obs := guardian.Observation{Now: now, Surge: s, Fields: workload.States(sc.obj, s.Spec.Fields), PodOwnerGone: sc.owner == nil}
+	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
+		obs.Node = n
+		obs.CurrentDrain = c.nodeDrain(n, now).Drain
+	}
+	if s.Spec.Pool != "" && c.pools != nil {
+		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
+	}
+	obs.CapacityWanted = c.state.capacityWanted(s.Spec.Pool)
+	observePods(&obs, sc.pods, s.Spec.Node)
+	obs.ReadyOnSafeNodes = c.readyOnSafeNodes(s, sc.pods)
+	if sc.owner != nil {
+		for _, f := range s.Spec.Fields {
+			if f.ExplicitBeforeRemove != nil {
+				obs.CaughtUp = sc.owner.CaughtUp(int32(*f.ExplicitBeforeRemove))
+			}
+		}
+	}
+	c.state.holding(s, heldResources(s, sc.pods))
+	return obs
+}
+
+// nodeDrain is NodeTrigger's answer for the node now.
+func (c *Controller) nodeDrain(n *corev1.Node, now time.Time) guardian.NodeDrain {
+	var seen time.Time
+	if n.Spec.Unschedulable {
+		seen = c.state.firstCordonSeen(n.Name, now)
+	}
+	return guardian.NodeTrigger(c.cfg, n, c.poolFor(n), now, seen)
+}
+
+// readyOnSafeNodes counts Ready pods, not being deleted, on nodes this update will not drain again.
+// A StatefulSet's scale-down removes its highest ordinals whatever their node, so only the pods that
+// survive the restore (ordinals below the original count) are counted for it.
+func (c *Controller) readyOnSafeNodes(s *v1alpha1.Surge, pods []*corev1.Pod) int32 {
+	var n int32
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !blocking.PodReady(p) {
+			continue
+		}
+		if s.Spec.PodOwner.Kind == string(workload.KindStatefulSet) {
+			if ord, ok := ordinal(p); !ok || ord >= int(s.Spec.Replicas) {
+				continue
+			}
+		}
+		if node, err := c.nodes.Get(p.Spec.NodeName); err == nil && mco.WillNotDrain(node, c.poolFor(node)) {
+			n++
+		}
+	}
+	return n
+}
+
+// ordinal is a StatefulSet pod's ordinal: its apps.kubernetes.io/pod-index label, or the number its
+// name ends with.
+func ordinal(p *corev1.Pod) (int, bool) {
+	v, ok := p.Labels[appsv1.PodIndexLabel]
+	if !ok {
+		i := strings.LastIndex(p.Name, "-")
+		if i < 0 {
+			return 0, false
+		}
+		v = p.Name[i+1:]
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n >= 0
+}
+
+// heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
+func heldResources(s *v1alpha1.Surge, pods []*corev1.Pod) corev1.ResourceList {
+	if s.PhaseOf() == v1alpha1.PhaseFailed || len(pods) == 0 {
+		return nil
+	}
+	out := corev1.ResourceList{}
+	for name, q := range blocking.Requests(pods[0]) {
+		if !strings.Contains(string(name), "/") {
+			continue
+		}
+		total := q.DeepCopy()
+		total.Set(q.Value() * int64(s.Spec.Delta))
+		out[name] = total
+	}
+	return out
+}
+
+// execute carries out one decision; each case is at most one write (a restore also steers the
+// scale-down with pod deletion costs first).
+func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Observation, a guardian.Action) (time.Duration, error) {
+	s, obj := sc.s, sc.obj
+	kind := s.Spec.Target.Kind
+	eref := obj.ObjectReference()
+	switch a.Kind {
+	case guardian.ActWriteFields:
+		if err := c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+describeFields(s.Spec.Fields)); err != nil {
 			return 0, err
 		}
-		took := obs.Now.Sub(rec.StartTime.Time)
+		return time.Second, nil
+	case guardian.ActMarkSurged:
+		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement(s) to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, s.Spec.Node), obs.Now)
+	case guardian.ActDiscard:
+		if err := c.exec.deleteSurge(ctx, s); err != nil {
+			return 0, err
+		}
+		c.event(eref, corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
+			"%s changed by someone else before the surge was written: not surging", describeFields(s.Spec.Fields))
+		return 0, nil
+	case guardian.ActMarkReady:
+		if err := c.setPhase(ctx, s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now); err != nil {
+			return 0, err
+		}
+		took := obs.Now.Sub(s.Spec.StartTime.Time)
 		c.metrics.ReplacementReady.WithLabelValues(kind).Observe(took.Seconds())
 		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
-			"%d replacement replica(s) Ready off node %s after %s", rec.Delta, rec.Node, took.Round(time.Second))
-		return 0, nil
-	case guardian.ActMarkResolved:
-		if done, err := c.stamp(ctx, s, "record the resolved stall", func(r *workload.Record, now *metav1.Time) { r.ResolvedTime = now }, obs.Now); !done {
-			return 0, err
-		}
-		c.observeResolved(rec, kind, obs.Now)
-		c.event(eref, corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
-			"No pod of this workload is left on node %s; the drain can proceed. The surge is held until the %s is updated",
-			rec.Node, map[bool]string{true: "node", false: "pool"}[c.cfg.RestoreOnNode || rec.Pool == ""])
+			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
 		return 0, nil
 	case guardian.ActEvict:
-		return c.evict(ctx, eref, rec, pods)
-	case guardian.ActRestore, guardian.ActFinishRestore:
-		return c.restore(ctx, s, action, pods, obs)
-	}
-	return action.After, nil
-}
-
-// surge is one surge's record with the object carrying it and the object whose fields it changed
-// (the same object unless the record names a Target).
-type surge struct {
-	carrier, target *workload.Object
-	rec             *workload.Record
-}
-
-func (s *surge) split() bool { return s.rec.Target != nil }
-
-// completeSurge writes a pending surge's fields on its target, then marks the record complete. Each
-// call does one write; a crash in between resumes here.
-func (c *Controller) completeSurge(ctx context.Context, s *surge) (time.Duration, error) {
-	switch workload.FieldsState(s.target, s.rec) {
-	case workload.AtOriginal:
-		if done, err := c.write(ctx, s.target, workload.FieldsPatch(s.target, s.rec.Fields), "surge "+describeFields(s.rec.Fields)); !done {
+		return c.evict(ctx, eref, s, sc.pods)
+	case guardian.ActMarkResolved:
+		if err := c.setPhase(ctx, s, v1alpha1.PhaseResolved, "DrainUnblocked", fmt.Sprintf("No pod of this workload is left on node %s; holding the surge until it is safe to restore", s.Spec.Node), obs.Now); err != nil {
 			return 0, err
 		}
-		// The record's carrier changes only on the next write: look again soon rather than wait for an event.
-		return time.Second, nil
-	case workload.AtSet:
-		next := *s.rec
-		next.Pending = false
-		_, err := c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), "record the written surge")
-		return 0, err
-	}
-	// Someone changed the fields between the record and our write: theirs now, no surge.
-	if done, err := c.write(ctx, s.carrier, workload.FinishPatch(s.carrier, nil), "drop the surge record"); !done {
-		return 0, err
-	}
-	c.state.untrack(s.carrier.Ref)
-	c.event(s.target.ObjectReference(), corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
-		"%s changed by someone else before the surge was written: not surging", describeFields(s.rec.Fields))
-	return 0, nil
-}
-
-// stamp records a moment of the surge's life in its record.
-func (c *Controller) stamp(ctx context.Context, s *surge, what string, set func(*workload.Record, *metav1.Time), at time.Time) (bool, error) {
-	next := *s.rec
-	now := metav1.NewTime(at)
-	set(&next, &now)
-	return c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), what)
-}
-
-func (c *Controller) ignoreGone(_ bool, err error) (time.Duration, error) {
-	if apierrors.IsNotFound(err) {
+		c.observeResolved(s, kind, obs.Now)
+		c.event(eref, corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
+			"No pod of this workload is left on node %s; the drain can proceed. The surge is held until %s", s.Spec.Node, c.holdUntil(s))
 		return 0, nil
+	case guardian.ActStartRestore:
+		return 0, c.startRestore(ctx, sc, a, obs.Now)
+	case guardian.ActRestoreFields:
+		patch := workload.RestorePatch(obj, s.Spec.Fields, a.RemoveExplicit)
+		if patch == nil {
+			return time.Second, nil
+		}
+		if err := c.exec.patchTarget(ctx, obj, patch, "restore "+describeRestore(s.Spec.Fields, nil)); err != nil {
+			return 0, err
+		}
+		return time.Second, nil
+	case guardian.ActFinish:
+		return 0, c.finish(ctx, sc, obs)
+	case guardian.ActForget:
+		return 0, c.exec.deleteSurge(ctx, s)
 	}
-	return 0, err
+	return a.After, nil
+}
+
+// holdUntil says in words what the restore waits for.
+func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
+	switch {
+	case s.Spec.Pool == "" || guardian.Trigger(s.Spec.Trigger) == guardian.TriggerCordoned:
+		return "the node is uncordoned"
+	case c.cfg.Restore == guardian.RestoreNode:
+		return "the node is updated"
+	case c.cfg.Restore == guardian.RestoreAuto:
+		return fmt.Sprintf("%d pod(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
+	}
+	return "the pool is Updated"
+}
+
+// setPhase moves the Surge to a phase, stamping its time and condition.
+func (c *Controller) setPhase(ctx context.Context, s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, now time.Time) error {
+	next := s.DeepCopy()
+	t := metav1.NewTime(now)
+	next.Status.Phase, next.Status.Message = phase, message
+	condition := map[v1alpha1.Phase]string{
+		v1alpha1.PhaseSurged: "Surged", v1alpha1.PhaseReady: "ReplacementReady", v1alpha1.PhaseResolved: "DrainUnblocked",
+		v1alpha1.PhaseRestoring: "Restoring", v1alpha1.PhaseFailed: "Restored",
+	}[phase]
+	switch phase {
+	case v1alpha1.PhaseReady:
+		next.Status.ReadyTime = &t
+	case v1alpha1.PhaseResolved:
+		next.Status.ResolvedTime = &t
+	}
+	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: condition, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: t, ObservedGeneration: s.Generation})
+	return c.exec.updateStatus(ctx, next)
+}
+
+// startRestore commits to restoring: the surplus pods on nodes still to update are marked to go
+// first, then the Surge moves to Restoring with its reason.
+func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian.Action, now time.Time) error {
+	s := sc.s
+	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) {
+		if err := c.steerScaleDown(ctx, s, sc.pods); err != nil {
+			return err
+		}
+	}
+	if s.Status.ResolvedTime != nil {
+		c.metrics.SurgeHeld.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind).Observe(now.Sub(s.Status.ResolvedTime.Time).Seconds())
+	}
+	next := s.DeepCopy()
+	t := metav1.NewTime(now)
+	next.Status.Phase, next.Status.Reason, next.Status.Failed, next.Status.RestoreTime = v1alpha1.PhaseRestoring, a.Reason, a.Failed, &t
+	next.Status.Message = "Restoring " + describeRestore(s.Spec.Fields, nil) + " (" + a.Reason + ")"
+	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: "Restoring", Status: metav1.ConditionTrue, Reason: a.Reason, Message: next.Status.Message, LastTransitionTime: t, ObservedGeneration: s.Generation})
+	return c.exec.updateStatus(ctx, next)
+}
+
+// finish ends a restore: a successful surge's Surge is deleted; a failed one's is kept as Failed,
+// the memory that this drain of this node was tried.
+func (c *Controller) finish(ctx context.Context, sc *surgeCase, obs guardian.Observation) error {
+	s, obj := sc.s, sc.obj
+	if s.PhaseOf() == v1alpha1.PhasePending {
+		c.log.Info("stall ended before the surge was written; dropping the Surge", zap.String("surge", s.Namespace+"/"+s.Name))
+		return c.exec.deleteSurge(ctx, s)
+	}
+	var kept []workload.Field
+	for i, f := range s.Spec.Fields {
+		if obs.Fields[i] == workload.FieldChanged {
+			kept = append(kept, f)
+		}
+	}
+	var err error
+	if s.Status.Failed {
+		err = c.setPhase(ctx, s, v1alpha1.PhaseFailed, s.Status.Reason, fmt.Sprintf("Surge for node %s failed (%s); restored %s", s.Spec.Node, s.Status.Reason, describeRestore(s.Spec.Fields, kept)), obs.Now)
+	} else {
+		err = c.exec.deleteSurge(ctx, s)
+	}
+	if err != nil {
+		return err
+	}
+	c.reportRestored(s, obj, kept, obs)
+	return nil
+}
+
+// reportRestored tells the story of a finished restore in Events and metrics.
+func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kept []workload.Field, obs guardian.Observation) {
+	eref := obj.ObjectReference()
+	kind, reason := s.Spec.Target.Kind, s.Status.Reason
+	for _, f := range kept {
+		cur, present := obj.Int(f.Path)
+		now := "unset"
+		if present {
+			now = fmt.Sprint(cur)
+		}
+		c.event(eref, corev1.EventTypeNormal, ReasonExternalChange, actionRestore,
+			"%s was changed by someone else during the surge (the guardian set %d, it is now %s): keeping their value",
+			fieldName(f.Path), f.Set, now)
+	}
+	if s.Status.ReadyTime != nil && s.Status.ResolvedTime == nil && obs.LiveOnNode == 0 {
+		c.observeResolved(s, kind, obs.Now)
+	}
+	switch {
+	case s.Status.Failed && reason == guardian.ReasonMaxDuration:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
+			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(s.Spec.Fields, kept))
+	case s.Status.Failed:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,
+			"Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", s.Spec.Node, reason, describeRestore(s.Spec.Fields, kept), s.Spec.BlockedPod)
+	default:
+		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
+			"Restored %s (%s) after %s", describeRestore(s.Spec.Fields, kept), reason, obs.Now.Sub(s.Spec.StartTime.Time).Round(time.Second))
+	}
 }
 
 // observePods fills the pod-derived parts of the observation.
@@ -211,155 +456,52 @@ func observePods(obs *guardian.Observation, pods []*corev1.Pod, node string) {
 	}
 }
 
-func (c *Controller) observeResolved(rec *workload.Record, kind string, now time.Time) {
-	c.metrics.StallsResolved.WithLabelValues(rec.Pool, kind).Inc()
-	c.metrics.StallResolution.WithLabelValues(rec.Pool, kind).Observe(now.Sub(rec.StartTime.Time).Seconds())
-}
-
-// write applies a patch unless in dry-run mode. done is false when the caller must stop: on error (to
-// retry) or in dry-run (nothing was written; the decision was reported).
-func (c *Controller) write(ctx context.Context, obj *workload.Object, patch []byte, what string) (bool, error) {
-	if c.opts.DryRun {
-		if c.state.once("", fmt.Sprintf("%s/%s/%s/%s", ReasonDryRun, obj.Ref.UID, obj.Meta.GetResourceVersion(), what)) {
-			c.event(obj.ObjectReference(), corev1.EventTypeNormal, ReasonDryRun, actionSurge, "Dry run: would %s", what)
-		}
-		return false, nil
-	}
-	if err := c.store.Patch(ctx, obj.Ref, patch); err != nil {
-		return false, fmt.Errorf("%s on %s: %w", what, obj.Ref, err)
-	}
-	return true, nil
+func (c *Controller) observeResolved(s *v1alpha1.Surge, kind string, now time.Time) {
+	c.metrics.StallsResolved.WithLabelValues(s.Spec.Pool, kind).Inc()
+	c.metrics.StallResolution.WithLabelValues(s.Spec.Pool, kind).Observe(now.Sub(s.Spec.StartTime.Time).Seconds())
 }
 
 // evict asks the Eviction API to remove the workload's pods from the drained node now that the
-// replacement is Ready, so that their grace period runs before the MCO's next drain attempt. A 429 (the
-// PDB does not allow it yet) is retried shortly; the guardian never deletes a pod.
-func (c *Controller) evict(ctx context.Context, eref *corev1.ObjectReference, rec *workload.Record, pods []*corev1.Pod) (time.Duration, error) {
+// replacement is Ready, so that their grace period runs before the MCO's next drain attempt.
+func (c *Controller) evict(ctx context.Context, eref *corev1.ObjectReference, s *v1alpha1.Surge, pods []*corev1.Pod) (time.Duration, error) {
 	for _, p := range pods {
-		if p.Spec.NodeName != rec.Node || blocking.Skip(p) {
+		if p.Spec.NodeName != s.Spec.Node || blocking.Skip(p) {
 			continue
 		}
-		if c.opts.DryRun {
-			if c.state.once(rec.Node, fmt.Sprintf("%s/evict/%s", ReasonDryRun, p.UID)) {
-				c.event(eref, corev1.EventTypeNormal, ReasonDryRun, actionEvict, "Dry run: would evict pod %s from node %s", p.Name, rec.Node)
-			}
-			continue
-		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
-		err := c.clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+		res, err := c.exec.evict(ctx, eref, p, s.Spec.Node)
 		switch {
-		case err == nil:
-			c.metrics.Evictions.WithLabelValues("success").Inc()
+		case err != nil:
+			return 0, err
+		case res == evicted:
 			c.event(eref, corev1.EventTypeNormal, ReasonPodEvicted, actionEvict,
-				"Evicted pod %s from node %s: its replacement is Ready elsewhere", p.Name, rec.Node)
-		case apierrors.IsNotFound(err):
-		case apierrors.IsTooManyRequests(err):
-			c.metrics.Evictions.WithLabelValues("blocked").Inc()
+				"Evicted pod %s from node %s: its replacement is Ready elsewhere", p.Name, s.Spec.Node)
+		case res == evictRefused:
 			c.log.Info("eviction refused by the PDB for now; retrying", zap.String("pod", p.Namespace+"/"+p.Name))
-		default:
-			c.metrics.Evictions.WithLabelValues("error").Inc()
-			return 0, fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return 5 * time.Second, nil
 }
 
-// restore undoes the surge. Before the count goes down it marks the surplus pods on nodes that still
-// have to update as the ones to remove first, so that the survivors sit on updated nodes. Fields
-// someone else changed during the surge keep their value and are reported.
-//
-// A record on its target is restored in one write (or two for a count that must be explicit before it
-// is removed, see workload.Field.ExplicitBeforeRemove). A split record is marked Restoring first, then the
-// target's fields are restored, then the record is removed: one write per sync, each resumable.
-func (c *Controller) restore(ctx context.Context, s *surge, action guardian.Action, pods []*corev1.Pod, obs guardian.Observation) (time.Duration, error) {
-	rec := s.rec
-	reason, failed := action.Reason, action.Failed
-	if action.Kind == guardian.ActFinishRestore {
-		reason, failed = rec.Restoring, rec.RestoreFailure != ""
+func describeFields(fields []workload.Field) string {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		from := "unset"
+		if f.Original != nil {
+			from = fmt.Sprint(*f.Original)
+		}
+		parts = append(parts, fmt.Sprintf("%s from %s to %d", fieldName(f.Path), from, f.Set))
 	}
-	var failure *workload.Failure
-	if failed {
-		failure = &workload.Failure{Node: rec.Node, Drain: rec.Drain, Reason: reason, Time: metav1.NewTime(obs.Now)}
-	}
-	if action.Kind == guardian.ActRestore && rec.PodOwner.Kind == workload.KindDeployment && !c.opts.DryRun {
-		if err := c.steerScaleDown(ctx, rec, pods); err != nil {
-			return 0, err
-		}
-	}
-	var kept []workload.Field
-	switch {
-	case s.split() && action.Kind == guardian.ActRestore:
-		next := *rec
-		next.Restoring = reason
-		if failed {
-			next.RestoreFailure = reason
-		}
-		_, err := c.write(ctx, s.carrier, workload.RecordPatch(s.carrier, &next), "start restoring "+describeRestore(rec))
-		return time.Second, err
-	case s.split():
-		patch, k := workload.RestoreFieldsPatch(s.target, rec)
-		if patch != nil {
-			if done, err := c.write(ctx, s.target, patch, "restore "+describeRestore(rec)); !done {
-				return 0, err
-			}
-			return time.Second, nil
-		}
-		kept = k
-		if done, err := c.write(ctx, s.carrier, workload.FinishPatch(s.carrier, failure), "remove the surge record"); !done {
-			return 0, err
-		}
-	default:
-		step := workload.PlanRestore(s.target, rec, reason, failure)
-		if done, err := c.write(ctx, s.target, step.Patch, "restore "+describeRestore(rec)); !done {
-			return 0, err
-		}
-		if !step.Done {
-			c.log.Info("restore step one written; waiting for the workload to scale down", zap.Stringer("workload", s.target.Ref))
-			return 5 * time.Second, nil
-		}
-		kept = step.Kept
-	}
-	c.finishRestore(s, kept, reason, failed, obs)
-	return 0, nil
+	return strings.Join(parts, ", ")
 }
 
-// finishRestore reports a completed restore.
-func (c *Controller) finishRestore(s *surge, kept []workload.Field, reason string, failed bool, obs guardian.Observation) {
-	rec := s.rec
-	eref := s.target.ObjectReference()
-	kind := string(s.target.Ref.Kind)
-	for _, f := range kept {
-		cur, present := s.target.Int(f.Path)
-		now := "unset"
-		if present {
-			now = fmt.Sprint(cur)
-		}
-		c.event(eref, corev1.EventTypeNormal, ReasonExternalChange, actionRestore,
-			"%s was changed by someone else during the surge (the guardian set %d, it is now %s): keeping their value",
-			fieldName(f.Path), f.Set, now)
-	}
-	c.state.untrack(s.carrier.Ref)
-	if rec.ReadyTime != nil && rec.ResolvedTime == nil && obs.LiveOnNode == 0 {
-		c.observeResolved(rec, kind, obs.Now)
-	}
-	switch {
-	case failed && reason == guardian.ReasonMaxDuration:
-		c.metrics.StallsFailed.WithLabelValues(rec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
-			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(rec, kept...))
-	case failed:
-		c.metrics.StallsFailed.WithLabelValues(rec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,
-			"Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", rec.Node, reason, describeRestore(rec, kept...), rec.BlockedPod)
-	default:
-		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
-			"Restored %s (%s) after %s", describeRestore(rec, kept...), reason, obs.Now.Sub(rec.StartTime.Time).Round(time.Second))
-	}
+// fieldName turns a JSON pointer into the dotted form people write.
+func fieldName(pointer string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(pointer, "/"), "/", ".")
 }
 
-func describeRestore(rec *workload.Record, kept ...workload.Field) string {
-	parts := make([]string, 0, len(rec.Fields))
-	for _, f := range rec.Fields {
+func describeRestore(fields, kept []workload.Field) string {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
 		if slices.ContainsFunc(kept, func(k workload.Field) bool { return k.Path == f.Path }) {
 			parts = append(parts, fmt.Sprintf("%s kept as changed by someone else", fieldName(f.Path)))
 			continue
@@ -374,26 +516,26 @@ func describeRestore(rec *workload.Record, kept ...workload.Field) string {
 }
 
 // steerScaleDown sets a low pod-deletion-cost on the surplus pods that sit on nodes still to update
-// so that the ReplicaSet removes those when the count goes back down.
-func (c *Controller) steerScaleDown(ctx context.Context, rec *workload.Record, pods []*corev1.Pod) error {
+// so that the ReplicaSet removes those when the count goes back down. (The ReplicaSet removes
+// unscheduled and not-Ready pods before it looks at the cost: steering only works between Ready pods.)
+func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods []*corev1.Pod) error {
 	var live []*corev1.Pod
 	for _, p := range pods {
 		if !blocking.Skip(p) {
 			live = append(live, p)
 		}
 	}
-	// The scale-down removes rec.Delta pods; mark that many, worst-placed first.
-	surplus := int(rec.Delta)
+	surplus := int(s.Spec.Delta)
 	if len(live) <= surplus {
 		return nil
 	}
-	// Unscheduled pods go first, then pods on nodes that still have to update, never those on updated nodes.
+	// Unscheduled pods go first, then pods on nodes the update will still drain, never the others.
 	rank := func(p *corev1.Pod) int {
 		n, err := c.nodes.Get(p.Spec.NodeName)
 		switch {
 		case p.Spec.NodeName == "" || err != nil:
 			return 0
-		case n.Spec.Unschedulable || mco.ReadNode(n).Targeted() || hasUpdateTaint(n):
+		case !mco.WillNotDrain(n, c.poolFor(n)):
 			return 1
 		}
 		return 2
@@ -403,24 +545,14 @@ func (c *Controller) steerScaleDown(ctx context.Context, rec *workload.Record, p
 		if rank(p) == 2 || p.Annotations[deletionCostAnnotation] == leaveFirstCost {
 			continue
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": p.ResourceVersion,
-			"annotations":     map[string]string{deletionCostAnnotation: leaveFirstCost},
-		}})
-		_, err := c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("setting the deletion cost of pod %s/%s: %w", p.Namespace, p.Name, err)
+		if err := c.exec.setDeletionCost(ctx, p, leaveFirstCost); err != nil && !errors.Is(err, errDryRun) {
+			return err
 		}
 	}
 	return nil
 }
 
-// hasUpdateTaint reports the MCO's taint on nodes that still have to update.
-func hasUpdateTaint(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == "UpdateInProgress" {
-			return true
-		}
-	}
-	return false
+// surgeRef is the reference Events about a Surge itself are recorded against.
+func surgeRef(s *v1alpha1.Surge) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Surge", Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion}
 }

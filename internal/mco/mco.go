@@ -133,3 +133,20 @@ func PoolUpdated(pool *mcfgv1.MachineConfigPool) bool {
 func PoolUpdating(pool *mcfgv1.MachineConfigPool) bool {
 	return PoolCondition(pool, mcfgv1.MachineConfigPoolUpdating)
 }
+
+// WillNotDrain reports whether the current update will not drain node (again): it is schedulable, not
+// targeted and idle, and either its pool (nil: none) has nothing to roll out or the node already runs
+// the pool's target config. A surge whose survivors all sit on such nodes can be undone safely.
+func WillNotDrain(node *corev1.Node, pool *mcfgv1.MachineConfigPool) bool {
+	if node.Spec.Unschedulable {
+		return false
+	}
+	s := ReadNode(node)
+	if s.Managed() && (s.Targeted() || s.Draining() || (s.State != "" && s.State != StateDone)) {
+		return false
+	}
+	if pool == nil || PoolUpdated(pool) {
+		return true
+	}
+	return s.CurrentConfig == pool.Spec.Configuration.Name && s.DesiredConfig == pool.Spec.Configuration.Name
+}

@@ -29,6 +29,12 @@ type Metrics struct {
 	StallResolution    *prometheus.HistogramVec
 	ReplacementReady   *prometheus.HistogramVec
 	Evictions          *prometheus.CounterVec
+	Surges             *prometheus.GaugeVec
+	SurgesRejected     *prometheus.CounterVec
+	SurgeHeld          *prometheus.HistogramVec
+	SurgeHeldResources *prometheus.GaugeVec
+	MissingCapacity    *prometheus.GaugeVec
+	WriteErrors        *prometheus.CounterVec
 	Leader             prometheus.Gauge
 	BuildInfo          *prometheus.GaugeVec
 }
@@ -82,6 +88,31 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "evictions_total",
 			Help: "Evictions of blocked pods requested through the Eviction API, by result (success, blocked, error).",
 		}, []string{"result"}),
+		Surges: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "surges",
+			Help: "Surge objects the guardian acts on, by phase (Pending, Surged, Ready, Resolved, Restoring, Failed).",
+		}, []string{"phase"}),
+		SurgesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "surges_rejected_total",
+			Help: "Surge objects not acted on because they failed verification against the live objects, by reason.",
+		}, []string{"reason"}),
+		SurgeHeld: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "surge_held_seconds",
+			Help:    "Time a surge was held after its stall was resolved, until its restore started.",
+			Buckets: durationBuckets,
+		}, []string{"pool", "kind"}),
+		SurgeHeldResources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "surge_extra_resources",
+			Help: "Extended resources (nvidia.com/gpu, ...) requested by the extra replicas of active surges.",
+		}, []string{"resource"}),
+		MissingCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "missing_capacity",
+			Help: "Resources requested by replacements that fit on no node, for stalls deferred with NoCapacity.",
+		}, []string{"pool", "resource"}),
+		WriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "write_errors_total",
+			Help: "API writes refused, by resource and reason (Conflict, Forbidden, Invalid, NotFound, TooManyRequests, ServerError, Other).",
+		}, []string{"resource", "reason"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "leader",
 			Help: "1 while this replica holds the leader-election Lease (or runs without election), else 0.",
@@ -94,6 +125,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
+		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors,
 		m.Leader, m.BuildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -116,6 +148,12 @@ func Names() []string {
 		"drain_guardian_stall_resolution_duration_seconds",
 		"drain_guardian_replacement_ready_duration_seconds",
 		"drain_guardian_evictions_total",
+		"drain_guardian_surges",
+		"drain_guardian_surges_rejected_total",
+		"drain_guardian_surge_held_seconds",
+		"drain_guardian_surge_extra_resources",
+		"drain_guardian_missing_capacity",
+		"drain_guardian_write_errors_total",
 		"drain_guardian_leader",
 		"drain_guardian_build_info",
 	}, workqueueNames()...)

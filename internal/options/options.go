@@ -21,6 +21,9 @@ const EnvPrefix = "DRAIN_GUARDIAN_"
 type RestoreMode string
 
 const (
+	// RestoreAuto restores as soon as the workload's original number of pods is Ready on nodes the update
+	// will not drain again (freeing the capacity for the next node), at the latest when the pool is Updated.
+	RestoreAuto RestoreMode = "auto"
 	// RestorePool restores once the node's MachineConfigPool reports Updated.
 	RestorePool RestoreMode = "pool"
 	// RestoreNode restores once the drained node is updated, Done and schedulable again.
@@ -94,7 +97,7 @@ func NewOptions() *Options {
 		MetricsBindAddress:      ":8443",
 		MetricsSecure:           true,
 		HealthProbeBindAddress:  ":8081",
-		Restore:                 string(RestorePool),
+		Restore:                 string(RestoreAuto),
 		Preemptive:              true,
 		Evict:                   true,
 		ScheduleTimeout:         5 * time.Minute,
@@ -127,7 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "Directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate made at start-up.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz and /readyz endpoints; \"0\" disables them.")
 
-	fs.StringVar(&o.Restore, "restore", o.Restore, "When to undo a surge: \"pool\" once the node's MachineConfigPool is Updated, \"node\" once the drained node is updated and schedulable again.")
+	fs.StringVar(&o.Restore, "restore", o.Restore, "When to undo a surge: \"auto\" as soon as the workload's original number of pods is Ready on nodes this update will not drain again (and at the latest when the pool is Updated), \"pool\" once the node's MachineConfigPool is Updated, \"node\" once the drained node is updated and schedulable again.")
 	fs.BoolVar(&o.Preemptive, "preemptive", o.Preemptive, "Surge as soon as the MCO targets a node of an updating pool, before its drain starts.")
 	fs.BoolVar(&o.Evict, "evict", o.Evict, "Evict the blocked pod (Eviction API) as soon as its replacement is Ready, instead of waiting for the MCO's next drain attempt.")
 	fs.DurationVar(&o.ScheduleTimeout, "schedule-timeout", o.ScheduleTimeout, "Undo a surge whose replacement pod stays Unschedulable this long.")
@@ -137,7 +140,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CordonGracePeriod, "cordon-grace-period", o.CordonGracePeriod, "With --cordoned-nodes: how long a node must be cordoned before the guardian acts.")
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
-	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many workloads surged at the same time.")
+	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")
 	fs.StringVar(&o.LLMNilSemantics, "kserve-llm-nil-semantics", o.LLMNilSemantics, "Meaning of an absent LLMInferenceService replicas field: \"one\" (OpenShift AI up to 3.3), \"keep\" (3.4 and newer: keep the Deployment's count), \"auto\" (keep when v1alpha2 is served).")
@@ -177,8 +180,10 @@ func (o *Options) Validate() error {
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
-	if o.Restore != string(RestorePool) && o.Restore != string(RestoreNode) {
-		bad("restore", "must be \"pool\" or \"node\", got %q", o.Restore)
+	switch RestoreMode(o.Restore) {
+	case RestoreAuto, RestorePool, RestoreNode:
+	default:
+		bad("restore", "must be \"auto\", \"pool\" or \"node\", got %q", o.Restore)
 	}
 	switch LLMNilSemantics(o.LLMNilSemantics) {
 	case LLMNilAuto, LLMNilKeep, LLMNilOne:

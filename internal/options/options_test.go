@@ -21,7 +21,7 @@ func TestDefaultsValidate(t *testing.T) {
 		{"leader-elect", "true"}, {"leader-election-id", "drain-guardian"},
 		{"lease-duration", "15s"}, {"renew-deadline", "10s"}, {"retry-period", "2s"},
 		{"metrics-bind-address", ":8443"}, {"metrics-secure", "true"}, {"metrics-cert-dir", ""},
-		{"health-probe-bind-address", ":8081"}, {"restore", "pool"}, {"preemptive", "true"}, {"evict", "true"},
+		{"health-probe-bind-address", ":8081"}, {"restore", "auto"}, {"preemptive", "true"}, {"evict", "true"},
 		{"schedule-timeout", "5m0s"}, {"ready-timeout", "30m0s"}, {"max-surge-duration", "24h0m0s"},
 		{"cordoned-nodes", "false"}, {"cordon-grace-period", "10m0s"}, {"namespace-selector", ""},
 		{"pool-selector", ""}, {"max-concurrent-surges", "3"}, {"workers", "2"}, {"log-format", "json"},
@@ -98,6 +98,7 @@ func TestValidateNamesEveryInvalidFlag(t *testing.T) {
 func TestValidateAcceptsAlternatives(t *testing.T) {
 	for name, set := range map[string]func(*Options){
 		"restore node":                        func(o *Options) { o.Restore = "node" },
+		"restore pool":                        func(o *Options) { o.Restore = "pool" },
 		"nil semantics keep":                  func(o *Options) { o.LLMNilSemantics = "keep" },
 		"nil semantics one":                   func(o *Options) { o.LLMNilSemantics = "one" },
 		"console logs at debug":               func(o *Options) { o.LogFormat, o.LogLevel = "console", "debug" },

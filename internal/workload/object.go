@@ -1,5 +1,6 @@
-// Package workload finds the object that owns a blocked pod's replica count, plans how to surge it,
-// and writes the surge and its restore, each write carrying the persisted surge record.
+// Package workload finds the object that owns a blocked pod's replica count, plans how to surge it and
+// builds the patches that surge and restore it. Kind-specific knowledge sits behind one small interface
+// (kindHandler), one file per kind, registered in kinds.go.
 package workload
 
 import (
@@ -15,6 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
+
+// IgnoreAnnotation set to "true" on a workload, an InferenceService, an LLMInferenceService or a
+// Namespace keeps the guardian away from it.
+const IgnoreAnnotation = "drain-guardian.io/ignore"
 
 // Kind names a kind the guardian can scale.
 type Kind string
@@ -117,20 +122,6 @@ func (o *Object) Has(pointer string) bool {
 	return ok
 }
 
-// Record returns the object's surge record: nil when there is none, an error when it is malformed.
-func (o *Object) Record() (*Record, error) {
-	s, ok := o.Meta.GetAnnotations()[RecordAnnotation]
-	if !ok {
-		return nil, nil
-	}
-	return DecodeRecord(s)
-}
-
-// Failure returns the last failure remembered on the object, or nil.
-func (o *Object) Failure() *Failure {
-	return DecodeFailure(o.Meta.GetAnnotations()[FailureAnnotation])
-}
-
 // Ignored reports whether the object carries the opt-out annotation.
 func (o *Object) Ignored() bool { return IgnoredByAnnotation(o.Meta.GetAnnotations()) }
 
@@ -176,9 +167,4 @@ func intAt(m map[string]any, pointer string) (int64, bool) {
 		return i, err == nil
 	}
 	return 0, false
-}
-
-// escape turns an annotation key into a JSON pointer token.
-func escape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }

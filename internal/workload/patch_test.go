@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
-	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,32 +14,22 @@ import (
 
 func TestSurgePatch(t *testing.T) {
 	tests := []struct {
-		name    string
-		kind    Kind
-		ann     map[string]string
-		spec    string
-		fields  []Field
-		wantAnn map[string]string // besides the record
-		want    map[string]int64
+		name   string
+		kind   Kind
+		ann    map[string]string
+		spec   string
+		fields []Field
+		want   map[string]int64
 	}{
 		{
-			name:   "Deployment without annotations: the map is created",
+			name:   "Deployment replicas raised",
 			kind:   KindDeployment,
 			spec:   `{"replicas": 1}`,
 			fields: []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
 			want:   map[string]int64{"/spec/replicas": 2},
 		},
 		{
-			name:    "existing annotations kept, remembered failure dropped",
-			kind:    KindDeployment,
-			ann:     map[string]string{"team": "ml", FailureAnnotation: `{"node":"n0","drain":"rendered-a","reason":"NoCapacity"}`},
-			spec:    `{"replicas": 1}`,
-			fields:  []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
-			wantAnn: map[string]string{"team": "ml"},
-			want:    map[string]int64{"/spec/replicas": 2},
-		},
-		{
-			name: "InferenceService: absent minReplicas added, maxReplicas raised",
+			name: "InferenceService: absent minReplicas added, maxReplicas raised, annotations untouched",
 			kind: KindInferenceService,
 			ann:  map[string]string{AutoscalerClassAnnotation: "hpa"},
 			spec: `{"predictor": {"maxReplicas": 1}}`,
@@ -48,15 +37,20 @@ func TestSurgePatch(t *testing.T) {
 				{Path: "/spec/predictor/minReplicas", Set: 2},
 				{Path: "/spec/predictor/maxReplicas", Original: i64(1), Set: 2},
 			},
-			wantAnn: map[string]string{AutoscalerClassAnnotation: "hpa"},
-			want:    map[string]int64{"/spec/predictor/minReplicas": 2, "/spec/predictor/maxReplicas": 2},
+			want: map[string]int64{"/spec/predictor/minReplicas": 2, "/spec/predictor/maxReplicas": 2},
+		},
+		{
+			name:   "LLMInferenceService prefill",
+			kind:   KindLLMInferenceService,
+			spec:   `{"replicas": 1, "prefill": {"replicas": 2}}`,
+			fields: []Field{{Path: "/spec/prefill/replicas", Original: i64(2), Set: 3}},
+			want:   map[string]int64{"/spec/replicas": 1, "/spec/prefill/replicas": 3},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := testObject(t, tt.kind, "42", tt.ann, tt.spec)
-			rec := testRecord(tt.fields...)
-			data := SurgePatch(obj, rec)
+			data := SurgePatch(obj, tt.fields)
 			assertTestsResourceVersion(t, data, "42")
 
 			got := applyPatch(t, obj, data)
@@ -65,17 +59,19 @@ func TestSurgePatch(t *testing.T) {
 					t.Errorf("%s = %d (present %v), want %d", path, n, ok, v)
 				}
 			}
-			gotRec, err := got.Record()
-			if err != nil || gotRec == nil {
-				t.Fatalf("Record() after surge = %v, %v; want the record", gotRec, err)
+			// The state lives in the Surge now: the patch names the fields and nothing else.
+			wantPaths := map[string]bool{"/metadata/resourceVersion": true}
+			for _, f := range tt.fields {
+				wantPaths[f.Path] = true
 			}
-			if !reflect.DeepEqual(normalized(gotRec), normalized(rec)) {
-				t.Errorf("record after surge = %s, want %s", gotRec.Encode(), rec.Encode())
+			if named := patchPaths(t, data); !reflect.DeepEqual(named, wantPaths) {
+				t.Errorf("patch %s names %v, want exactly %v", data, named, wantPaths)
 			}
-			ann := got.Meta.GetAnnotations()
-			delete(ann, RecordAnnotation)
-			if len(ann) != len(tt.wantAnn) || (len(ann) > 0 && !reflect.DeepEqual(ann, tt.wantAnn)) {
-				t.Errorf("other annotations after surge = %v, want %v", ann, tt.wantAnn)
+			if ann := got.Meta.GetAnnotations(); len(ann) != len(tt.ann) || (len(ann) > 0 && !reflect.DeepEqual(ann, tt.ann)) {
+				t.Errorf("annotations after surge = %v, want %v unchanged", ann, tt.ann)
+			}
+			if states := States(got, tt.fields); !allStates(states, FieldAtSet) {
+				t.Errorf("States() after the surge patch = %v, want every field at its set value", states)
 			}
 		})
 	}
@@ -84,22 +80,23 @@ func TestSurgePatch(t *testing.T) {
 // The patch is made against the object the decision was made on: once someone else wrote it, the test
 // operation fails and nothing is applied.
 func TestPatchFailsOnChangedResourceVersion(t *testing.T) {
-	obj := testObject(t, KindDeployment, "42", nil, `{"replicas": 1}`)
-	rec := testRecord(Field{Path: "/spec/replicas", Original: i64(1), Set: 2})
-	changed := testObject(t, KindDeployment, "43", nil, `{"replicas": 1}`)
-	for name, data := range map[string][]byte{
-		"surge":   SurgePatch(obj, rec),
-		"record":  RecordPatch(obj, rec),
-		"restore": PlanRestore(obj, rec, "PoolUpdated", nil).Patch,
-		"drop":    FinishPatch(obj, nil),
+	fields := []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}}
+	orig := testObject(t, KindDeployment, "42", nil, `{"replicas": 1}`)
+	surged := testObject(t, KindDeployment, "42", nil, `{"replicas": 2}`)
+	for name, tc := range map[string]struct {
+		data    []byte
+		changed *Object
+	}{
+		"surge":   {SurgePatch(orig, fields), testObject(t, KindDeployment, "43", nil, `{"replicas": 1}`)},
+		"restore": {RestorePatch(surged, fields, false), testObject(t, KindDeployment, "43", nil, `{"replicas": 2}`)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			assertTestsResourceVersion(t, data, "42")
-			p, err := jsonpatch.DecodePatch(data)
+			assertTestsResourceVersion(t, tc.data, "42")
+			p, err := jsonpatch.DecodePatch(tc.data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			doc, _ := json.Marshal(changed.Content)
+			doc, _ := json.Marshal(tc.changed.Content)
 			if _, err := p.Apply(doc); err == nil {
 				t.Error("patch applied to an object with another resourceVersion")
 			}
@@ -107,7 +104,8 @@ func TestPatchFailsOnChangedResourceVersion(t *testing.T) {
 	}
 }
 
-// The lister returns typed Deployments; the view of them must read and write the same paths.
+// The lister returns typed Deployments; the view of them must read and write the same paths, and never
+// modify the lister's object.
 func TestSurgePatchTypedDeployment(t *testing.T) {
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -118,14 +116,16 @@ func TestSurgePatchTypedDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields, err := PlanSurge(obj, "", 1, 1, false)
+	fields, err := PlanSurge(obj, &Target{Ref: obj.Ref, PodOwner: obj.Ref}, 1, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}}; !reflect.DeepEqual(fields, want) {
 		t.Fatalf("PlanSurge() = %s, want %s", fieldsString(fields), fieldsString(want))
 	}
-	got := applyPatch(t, obj, SurgePatch(obj, testRecord(fields...)))
+	data := SurgePatch(obj, fields)
+	assertTestsResourceVersion(t, data, "7")
+	got := applyPatch(t, obj, data)
 	var out appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(got.Content, &out); err != nil {
 		t.Fatal(err)
@@ -133,45 +133,87 @@ func TestSurgePatchTypedDeployment(t *testing.T) {
 	if out.Spec.Replicas == nil || *out.Spec.Replicas != 2 {
 		t.Errorf("replicas after surge = %v, want 2", out.Spec.Replicas)
 	}
-	if _, ok := out.Annotations[RecordAnnotation]; !ok {
-		t.Errorf("annotations after surge = %v, want the record", out.Annotations)
-	}
 	if *d.Spec.Replicas != 1 || d.Annotations != nil {
 		t.Error("building the view or the patch modified the lister's object")
 	}
 }
 
-func TestPlanRestore(t *testing.T) {
-	failure := &Failure{Node: "node-a", Drain: "rendered-b", Reason: "ReadyTimeout", Time: metav1.NewTime(time.Date(2025, 5, 1, 10, 0, 0, 0, time.UTC))}
+func TestStateOf(t *testing.T) {
 	tests := []struct {
-		name     string
-		kind     Kind
-		spec     string // before the surge
-		fields   []Field
-		external map[string]int64 // changed by someone else after the surge
-		failure  *Failure
-		want     map[string]int64 // after the restore
-		absent   []string         // removed by the restore
-		wantKept []string
+		name  string
+		spec  string // the target now
+		field Field
+		want  FieldState
+	}{
+		{name: "original present, unchanged", spec: `{"replicas": 1}`, field: Field{Path: "/spec/replicas", Original: i64(1), Set: 2}, want: FieldAtOriginal},
+		{name: "original absent, still absent", spec: `{}`, field: Field{Path: "/spec/replicas", Set: 2}, want: FieldAtOriginal},
+		{name: "original absent, null counts as absent", spec: `{"replicas": null}`, field: Field{Path: "/spec/replicas", Set: 2}, want: FieldAtOriginal},
+		{name: "at set, original present", spec: `{"replicas": 2}`, field: Field{Path: "/spec/replicas", Original: i64(1), Set: 2}, want: FieldAtSet},
+		{name: "at set, original absent", spec: `{"replicas": 2}`, field: Field{Path: "/spec/replicas", Set: 2}, want: FieldAtSet},
+		{name: "at set, two-step field", spec: `{"replicas": 4}`, field: Field{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}, want: FieldAtSet},
+		{name: "at explicit", spec: `{"replicas": 3}`, field: Field{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}, want: FieldAtExplicit},
+		{name: "two-step field removed: back at its original absence", spec: `{}`, field: Field{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}, want: FieldAtOriginal},
+		{name: "explicit value on a field that had an original is not the explicit step", spec: `{"replicas": 3}`, field: Field{Path: "/spec/replicas", Original: i64(1), Set: 4, ExplicitBeforeRemove: i64(3)}, want: FieldChanged},
+		{name: "changed to another value", spec: `{"replicas": 5}`, field: Field{Path: "/spec/replicas", Original: i64(1), Set: 2}, want: FieldChanged},
+		{name: "changed from absent", spec: `{"replicas": 5}`, field: Field{Path: "/spec/replicas", Set: 2}, want: FieldChanged},
+		{name: "two-step field changed", spec: `{"replicas": 5}`, field: Field{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}, want: FieldChanged},
+		{name: "removed although it had an original", spec: `{}`, field: Field{Path: "/spec/replicas", Original: i64(1), Set: 2}, want: FieldChanged},
+		{name: "nested path at set", spec: `{"predictor": {"minReplicas": 2}}`, field: Field{Path: "/spec/predictor/minReplicas", Original: i64(1), Set: 2}, want: FieldAtSet},
+		{name: "nested path, parent absent", spec: `{}`, field: Field{Path: "/spec/predictor/minReplicas", Set: 2}, want: FieldAtOriginal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := testObject(t, KindDeployment, "1", nil, tt.spec)
+			if got := StateOf(obj, tt.field); got != tt.want {
+				t.Errorf("StateOf(%s, %s) = %v, want %v", tt.spec, fieldsString([]Field{tt.field}), got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatesKeepsFieldOrder(t *testing.T) {
+	obj := testObject(t, KindHPA, "1", nil, `{"minReplicas": 2, "maxReplicas": 4}`)
+	fields := []Field{
+		{Path: "/spec/minReplicas", Original: i64(1), Set: 2},
+		{Path: "/spec/maxReplicas", Original: i64(1), Set: 2},
+		{Path: "/spec/behavior/scaleUp/stabilizationWindowSeconds", Set: 2},
+	}
+	want := []FieldState{FieldAtSet, FieldChanged, FieldAtOriginal}
+	if got := States(obj, fields); !reflect.DeepEqual(got, want) {
+		t.Errorf("States() = %v, want %v", got, want)
+	}
+}
+
+func TestRestorePatch(t *testing.T) {
+	tests := []struct {
+		name           string
+		kind           Kind
+		spec           string // the target now (after the surge, and whatever others did)
+		fields         []Field
+		removeExplicit bool
+		wantNil        bool
+		want           map[string]int64 // after the restore
+		absent         []string         // absent after the restore
+		untouched      []string         // paths the patch must not name
 	}{
 		{
-			name:   "original value written back",
+			name:   "field at set goes back to its original",
 			kind:   KindDeployment,
-			spec:   `{"replicas": 1}`,
+			spec:   `{"replicas": 2}`,
 			fields: []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
 			want:   map[string]int64{"/spec/replicas": 1},
 		},
 		{
-			name:   "absent original removed",
+			name:   "field at set that was absent is removed",
 			kind:   KindLLMInferenceService,
-			spec:   `{"model": {"uri": "hf://m"}}`,
+			spec:   `{"model": {"uri": "hf://m"}, "replicas": 2}`,
 			fields: []Field{{Path: "/spec/replicas", Set: 2}},
 			absent: []string{"/spec/replicas"},
 		},
 		{
-			name: "InferenceService min and max restored, absent min removed",
+			name: "InferenceService: absent min removed, max restored",
 			kind: KindInferenceService,
-			spec: `{"predictor": {"maxReplicas": 1}}`,
+			spec: `{"predictor": {"minReplicas": 2, "maxReplicas": 2}}`,
 			fields: []Field{
 				{Path: "/spec/predictor/minReplicas", Set: 2},
 				{Path: "/spec/predictor/maxReplicas", Original: i64(1), Set: 2},
@@ -180,56 +222,105 @@ func TestPlanRestore(t *testing.T) {
 			absent: []string{"/spec/predictor/minReplicas"},
 		},
 		{
-			name:     "externally changed field kept",
-			kind:     KindDeployment,
-			spec:     `{"replicas": 1}`,
-			fields:   []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
-			external: map[string]int64{"/spec/replicas": 5},
-			want:     map[string]int64{"/spec/replicas": 5},
-			wantKept: []string{"/spec/replicas"},
+			name:   "two-step field at set goes to its explicit count first",
+			kind:   KindLLMInferenceService,
+			spec:   `{"replicas": 4}`,
+			fields: []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}},
+			want:   map[string]int64{"/spec/replicas": 3},
 		},
 		{
-			name: "HPA: changed max kept, min restored",
-			kind: KindHPA,
-			spec: `{"minReplicas": 1, "maxReplicas": 1}`,
-			fields: []Field{
-				{Path: "/spec/minReplicas", Original: i64(1), Set: 2},
-				{Path: "/spec/maxReplicas", Original: i64(1), Set: 2},
-			},
-			external: map[string]int64{"/spec/maxReplicas": 4},
-			want:     map[string]int64{"/spec/minReplicas": 1, "/spec/maxReplicas": 4},
-			wantKept: []string{"/spec/maxReplicas"},
+			name:           "two-step field at set goes to its explicit count first, even with removeExplicit",
+			kind:           KindLLMInferenceService,
+			spec:           `{"replicas": 4}`,
+			fields:         []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}},
+			removeExplicit: true,
+			want:           map[string]int64{"/spec/replicas": 3},
 		},
 		{
-			name:    "failed restore remembers the failure",
+			name:           "field at its explicit count removed with removeExplicit",
+			kind:           KindLLMInferenceService,
+			spec:           `{"replicas": 3}`,
+			fields:         []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}},
+			removeExplicit: true,
+			absent:         []string{"/spec/replicas"},
+		},
+		{
+			name:    "field at its explicit count kept without removeExplicit: nothing to write",
+			kind:    KindLLMInferenceService,
+			spec:    `{"replicas": 3}`,
+			fields:  []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}},
+			wantNil: true,
+		},
+		{
+			name:           "prefill field at its explicit count removed, main replicas untouched",
+			kind:           KindLLMInferenceService,
+			spec:           `{"replicas": 1, "prefill": {"replicas": 2}}`,
+			fields:         []Field{{Path: "/spec/prefill/replicas", Set: 3, ExplicitBeforeRemove: i64(2)}},
+			removeExplicit: true,
+			want:           map[string]int64{"/spec/replicas": 1},
+			absent:         []string{"/spec/prefill/replicas"},
+			untouched:      []string{"/spec/replicas"},
+		},
+		{
+			name:      "HPA: max changed by someone else is left alone, min restored",
+			kind:      KindHPA,
+			spec:      `{"minReplicas": 2, "maxReplicas": 4}`,
+			fields:    []Field{{Path: "/spec/minReplicas", Original: i64(1), Set: 2}, {Path: "/spec/maxReplicas", Original: i64(1), Set: 2}},
+			want:      map[string]int64{"/spec/minReplicas": 1, "/spec/maxReplicas": 4},
+			untouched: []string{"/spec/maxReplicas"},
+		},
+		{
+			name:    "only field changed by someone else: nothing to write",
 			kind:    KindDeployment,
-			spec:    `{"replicas": 1}`,
+			spec:    `{"replicas": 5}`,
 			fields:  []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
-			failure: failure,
-			want:    map[string]int64{"/spec/replicas": 1},
+			wantNil: true,
+		},
+		{
+			name:           "two-step field changed between the steps: nothing to write",
+			kind:           KindLLMInferenceService,
+			spec:           `{"replicas": 5}`,
+			fields:         []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}},
+			removeExplicit: true,
+			wantNil:        true,
+		},
+		{
+			name:    "every field at its original (restore resumed after a crash): nothing to write",
+			kind:    KindInferenceService,
+			spec:    `{"predictor": {"maxReplicas": 1}}`,
+			fields:  []Field{{Path: "/spec/predictor/minReplicas", Set: 2}, {Path: "/spec/predictor/maxReplicas", Original: i64(1), Set: 2}},
+			wantNil: true,
+		},
+		{
+			name:      "one field already restored, the other still at set",
+			kind:      KindHPA,
+			spec:      `{"minReplicas": 1, "maxReplicas": 2}`,
+			fields:    []Field{{Path: "/spec/minReplicas", Original: i64(1), Set: 2}, {Path: "/spec/maxReplicas", Original: i64(1), Set: 2}},
+			want:      map[string]int64{"/spec/minReplicas": 1, "/spec/maxReplicas": 1},
+			untouched: []string{"/spec/minReplicas"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := testRecord(tt.fields...)
-			surged := applyPatch(t, testObject(t, tt.kind, "42", nil, tt.spec), SurgePatch(testObject(t, tt.kind, "42", nil, tt.spec), rec))
-			for path, v := range tt.external {
-				surged = applyPatch(t, surged, []byte(`[{"op":"replace","path":"`+path+`","value":`+itoa(v)+`}]`))
+			obj := testObject(t, tt.kind, "42", nil, tt.spec)
+			data := RestorePatch(obj, tt.fields, tt.removeExplicit)
+			if tt.wantNil {
+				if data != nil {
+					t.Fatalf("RestorePatch() = %s, want nil", data)
+				}
+				return
 			}
-			step := PlanRestore(surged, rec, "PoolUpdated", tt.failure)
-			if !step.Done {
-				t.Fatal("one-step restore reported Done=false")
+			if data == nil {
+				t.Fatal("RestorePatch() = nil, want a patch")
 			}
-			assertTestsResourceVersion(t, step.Patch, surged.Meta.GetResourceVersion())
-			var kept []string
-			for _, f := range step.Kept {
-				kept = append(kept, f.Path)
+			assertTestsResourceVersion(t, data, "42")
+			named := patchPaths(t, data)
+			for _, p := range tt.untouched {
+				if named[p] {
+					t.Errorf("patch %s names %s, which must be left alone", data, p)
+				}
 			}
-			if !reflect.DeepEqual(kept, tt.wantKept) {
-				t.Errorf("Kept = %v, want %v", kept, tt.wantKept)
-			}
-
-			got := applyPatch(t, surged, step.Patch)
+			got := applyPatch(t, obj, data)
 			for path, v := range tt.want {
 				if n, ok := got.Int(path); !ok || n != v {
 					t.Errorf("%s = %d (present %v), want %d", path, n, ok, v)
@@ -240,135 +331,63 @@ func TestPlanRestore(t *testing.T) {
 					t.Errorf("%s still present after restore", path)
 				}
 			}
-			if _, ok := got.Meta.GetAnnotations()[RecordAnnotation]; ok {
-				t.Error("record still present after restore")
-			}
-			gotFailure := got.Failure()
-			switch {
-			case tt.failure == nil && gotFailure != nil:
-				t.Errorf("failure annotation %+v written on a successful restore", gotFailure)
-			case tt.failure != nil && (gotFailure == nil || gotFailure.Reason != tt.failure.Reason || gotFailure.Node != tt.failure.Node ||
-				gotFailure.Drain != tt.failure.Drain || !gotFailure.Time.Equal(&tt.failure.Time)):
-				t.Errorf("failure annotation = %+v, want %+v", gotFailure, tt.failure)
-			}
 		})
 	}
 }
 
-// An LLMInferenceService whose absent replicas field keeps the Deployment's count is restored in two
-// steps: the explicit original count first, the removal of the field once the Deployment scaled down.
-func TestPlanRestoreTwoSteps(t *testing.T) {
-	failure := &Failure{Node: "node-a", Drain: "rendered-b", Reason: "Unschedulable", Time: metav1.NewTime(time.Date(2025, 5, 1, 10, 0, 0, 0, time.UTC))}
-	for _, tc := range []struct {
-		name           string
-		failure        *Failure
-		changedBetween bool
-	}{
-		{name: "success"},
-		{name: "failed surge", failure: failure},
-		{name: "field changed between the steps", changedBetween: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			orig := testObject(t, KindLLMInferenceService, "42", nil, `{"model": {"uri": "hf://m"}}`)
-			fields, err := PlanSurge(orig, ComponentMain, 1, 1, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := testRecord(fields...)
-			surged := applyPatch(t, orig, SurgePatch(orig, rec))
-			if n, _ := surged.Int("/spec/replicas"); n != 2 {
-				t.Fatalf("replicas after surge = %d, want 2", n)
-			}
-
-			// Step 1: explicit count, record kept with Restoring.
-			step1 := PlanRestore(surged, rec, "PoolUpdated", tc.failure)
-			if step1.Done || len(step1.Kept) != 0 {
-				t.Fatalf("step 1: Done=%v Kept=%v, want Done=false and nothing kept", step1.Done, step1.Kept)
-			}
-			mid := applyPatch(t, surged, step1.Patch)
-			if n, ok := mid.Int("/spec/replicas"); !ok || n != 1 {
-				t.Errorf("step 1: replicas = %d (present %v), want explicit 1", n, ok)
-			}
-			midRec, err := mid.Record()
-			if err != nil || midRec == nil {
-				t.Fatalf("step 1: record = %v, %v; want it kept", midRec, err)
-			}
-			if midRec.Restoring != "PoolUpdated" {
-				t.Errorf("step 1: Restoring = %q, want PoolUpdated", midRec.Restoring)
-			}
-			wantRestoreFailure := ""
-			if tc.failure != nil {
-				wantRestoreFailure = tc.failure.Reason
-			}
-			if midRec.RestoreFailure != wantRestoreFailure {
-				t.Errorf("step 1: RestoreFailure = %q, want %q", midRec.RestoreFailure, wantRestoreFailure)
-			}
-			if mid.Failure() != nil {
-				t.Error("step 1 wrote the failure annotation before the restore finished")
-			}
-
-			if tc.changedBetween {
-				mid = applyPatch(t, mid, []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`))
-			}
-
-			// Step 2: the field removed, the record dropped.
-			step2 := PlanRestore(mid, midRec, midRec.Restoring, tc.failure)
-			if !step2.Done {
-				t.Fatal("step 2: Done=false")
-			}
-			assertTestsResourceVersion(t, step2.Patch, mid.Meta.GetResourceVersion())
-			done := applyPatch(t, mid, step2.Patch)
-			if tc.changedBetween {
-				if len(step2.Kept) != 1 || step2.Kept[0].Path != "/spec/replicas" {
-					t.Errorf("step 2: Kept = %v, want /spec/replicas", step2.Kept)
-				}
-				if n, _ := done.Int("/spec/replicas"); n != 3 {
-					t.Errorf("step 2: replicas = %d, want the external 3 kept", n)
-				}
-			} else {
-				if len(step2.Kept) != 0 {
-					t.Errorf("step 2: Kept = %v, want none", step2.Kept)
-				}
-				if done.Has("/spec/replicas") {
-					t.Error("step 2: replicas still present, want it removed as it was before the surge")
-				}
-			}
-			if _, ok := done.Meta.GetAnnotations()[RecordAnnotation]; ok {
-				t.Error("step 2: record still present")
-			}
-			if (done.Failure() != nil) != (tc.failure != nil) {
-				t.Errorf("step 2: failure annotation = %+v, want present=%v", done.Failure(), tc.failure != nil)
-			}
-		})
+// A full surge and two-step restore of an LLMInferenceService whose absent replicas field keeps the
+// Deployment's count: surged, explicit count written, field removed once the workload scaled down,
+// and the target ends exactly as it was.
+func TestSurgeAndTwoStepRestore(t *testing.T) {
+	orig := testObject(t, KindLLMInferenceService, "42", nil, `{"model": {"uri": "hf://m"}}`)
+	target := &Target{Ref: orig.Ref, Component: ComponentMain}
+	fields, err := PlanSurge(orig, target, 3, 1, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestRecordAndFinishPatch(t *testing.T) {
-	rec := testRecord(Field{Path: "/spec/replicas", Original: i64(1), Set: 2})
-	orig := testObject(t, KindDeployment, "42", map[string]string{"team": "ml"}, `{"replicas": 1}`)
-	surged := applyPatch(t, orig, SurgePatch(orig, rec))
-
-	now := metav1.NewTime(time.Date(2025, 5, 1, 11, 0, 0, 0, time.UTC))
-	next := *rec
-	next.ReadyTime = &now
-	updated := applyPatch(t, surged, RecordPatch(surged, &next))
-	got, err := updated.Record()
-	if err != nil || got == nil || got.ReadyTime == nil || !got.ReadyTime.Equal(&now) {
-		t.Fatalf("record after RecordPatch = %+v, %v; want ReadyTime %v", got, err, now)
+	if want := []Field{{Path: "/spec/replicas", Set: 4, ExplicitBeforeRemove: i64(3)}}; !reflect.DeepEqual(fields, want) {
+		t.Fatalf("PlanSurge() = %s, want %s", fieldsString(fields), fieldsString(want))
 	}
-	if n, _ := updated.Int("/spec/replicas"); n != 2 {
-		t.Errorf("RecordPatch changed replicas to %d", n)
+	if s := States(orig, fields); !allStates(s, FieldAtOriginal) {
+		t.Fatalf("States() before the surge = %v, want at original", s)
+	}
+	surged := applyPatch(t, orig, SurgePatch(orig, fields))
+	if s := States(surged, fields); !allStates(s, FieldAtSet) {
+		t.Fatalf("States() after the surge = %v, want at set", s)
 	}
 
-	dropped := applyPatch(t, updated, FinishPatch(updated, nil))
-	if _, ok := dropped.Meta.GetAnnotations()[RecordAnnotation]; ok {
-		t.Error("record still present after FinishPatch")
+	step1 := RestorePatch(surged, fields, false)
+	if step1 == nil {
+		t.Fatal("step 1: no patch")
 	}
-	if dropped.Meta.GetAnnotations()["team"] != "ml" {
-		t.Errorf("annotations after FinishPatch = %v, want team=ml kept", dropped.Meta.GetAnnotations())
+	mid := applyPatch(t, surged, step1)
+	if n, ok := mid.Int("/spec/replicas"); !ok || n != 3 {
+		t.Fatalf("step 1: replicas = %d (present %v), want the explicit 3", n, ok)
 	}
-	if n, _ := dropped.Int("/spec/replicas"); n != 2 {
-		t.Errorf("FinishPatch changed replicas to %d", n)
+	if s := States(mid, fields); !allStates(s, FieldAtExplicit) {
+		t.Fatalf("States() after step 1 = %v, want at explicit", s)
+	}
+	if p := RestorePatch(mid, fields, false); p != nil {
+		t.Fatalf("before the workload caught up: RestorePatch() = %s, want nil", p)
+	}
+
+	step2 := RestorePatch(mid, fields, true)
+	if step2 == nil {
+		t.Fatal("step 2: no patch")
+	}
+	assertTestsResourceVersion(t, step2, mid.Meta.GetResourceVersion())
+	done := applyPatch(t, mid, step2)
+	if done.Has("/spec/replicas") {
+		t.Error("step 2: replicas still present, want it removed as it was before the surge")
+	}
+	if s := States(done, fields); !allStates(s, FieldAtOriginal) {
+		t.Errorf("States() after step 2 = %v, want at original", s)
+	}
+	if p := RestorePatch(done, fields, true); p != nil {
+		t.Errorf("after the restore: RestorePatch() = %s, want nil", p)
+	}
+	if !reflect.DeepEqual(done.Content["spec"], orig.Content["spec"]) {
+		t.Errorf("spec after the restore = %v, want the original %v", done.Content["spec"], orig.Content["spec"])
 	}
 }
 
@@ -406,37 +425,27 @@ func assertTestsResourceVersion(t *testing.T, data []byte, rv string) {
 	}
 }
 
-func testRecord(fields ...Field) *Record {
-	return &Record{
-		Version:     RecordVersion,
-		Fields:      fields,
-		PodOwner:    Ref{Kind: KindDeployment, Namespace: "models", Name: "llm-predictor", UID: "dep-uid"},
-		Node:        "node-a",
-		Pool:        "worker",
-		Trigger:     "MCODrain",
-		Drain:       "rendered-worker-b",
-		BlockedPod:  "llm-predictor-abc",
-		PDB:         "llm",
-		Delta:       1,
-		ReadyBefore: 0,
-		StartTime:   metav1.NewTime(time.Date(2025, 5, 1, 9, 0, 0, 0, time.UTC)),
+// patchPaths returns the paths the patch's operations name.
+func patchPaths(t *testing.T, data []byte) map[string]bool {
+	t.Helper()
+	var ops []struct {
+		Path string `json:"path"`
 	}
+	if err := json.Unmarshal(data, &ops); err != nil {
+		t.Fatalf("patch %s: %v", data, err)
+	}
+	out := map[string]bool{}
+	for _, o := range ops {
+		out[o.Path] = true
+	}
+	return out
 }
 
-// normalized returns a copy of r with its times in UTC, as JSON decoding yields local times.
-func normalized(r *Record) Record {
-	c := *r
-	c.StartTime = metav1.NewTime(c.StartTime.UTC())
-	for _, p := range []**metav1.Time{&c.ReadyTime, &c.ResolvedTime} {
-		if *p != nil {
-			u := metav1.NewTime((*p).UTC())
-			*p = &u
+func allStates(states []FieldState, want FieldState) bool {
+	for _, s := range states {
+		if s != want {
+			return false
 		}
 	}
-	return c
-}
-
-func itoa(v int64) string {
-	b, _ := json.Marshal(v)
-	return string(b)
+	return len(states) > 0
 }

@@ -21,6 +21,7 @@ func TestPlanSurge(t *testing.T) {
 		current   int32
 		delta     int32
 		keep      bool
+		viaScale  bool // the target is scaled through its /scale subresource
 		want      []Field
 	}{
 		{
@@ -101,16 +102,40 @@ func TestPlanSurge(t *testing.T) {
 			spec: `{"replicas": 1, "prefill": {}}`, current: 2, delta: 1, keep: true,
 			want: []Field{{Path: "/spec/prefill/replicas", Set: 3, ExplicitBeforeRemove: i64(2)}},
 		},
+		{
+			name: "LLMInferenceService prefill, present, nil keeps the count: no explicit step", kind: KindLLMInferenceService, component: ComponentPrefill,
+			spec: `{"prefill": {"replicas": 1}}`, current: 1, delta: 1, keep: true,
+			want: []Field{{Path: "/spec/prefill/replicas", Original: i64(1), Set: 2}},
+		},
+		{
+			name: "owner of another kind through /scale", kind: Kind("Notebook"), viaScale: true,
+			spec: `{"replicas": 1}`, current: 1, delta: 1,
+			want: []Field{{Path: "/spec/replicas", Original: i64(1), Set: 2}},
+		},
+		{
+			name: "owner through /scale, absent replicas count as one", kind: Kind("Notebook"), viaScale: true,
+			spec: `{}`, current: 1, delta: 2,
+			want: []Field{{Path: "/spec/replicas", Set: 3}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := testObject(t, tt.kind, "1", tt.ann, tt.spec)
-			got, err := PlanSurge(obj, tt.component, tt.current, tt.delta, tt.keep)
+			target := &Target{Ref: obj.Ref, Component: tt.component}
+			if tt.viaScale {
+				target.Ref.APIVersion, target.Ref.Resource = "example.io/v1", "notebooks"
+			}
+			got, err := PlanSurge(obj, target, tt.current, tt.delta, tt.keep)
 			if err != nil {
 				t.Fatalf("PlanSurge() error = %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("PlanSurge() = %s, want %s", fieldsString(got), fieldsString(tt.want))
+			}
+			// A Surge holding exactly what the guardian planned must pass the path check that guards
+			// every later write.
+			if err := CheckPaths(target, got); err != nil {
+				t.Errorf("CheckPaths() of the planned fields = %v, want nil", err)
 			}
 		})
 	}
@@ -133,7 +158,7 @@ func TestPlanSurgeUnsupported(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := testObject(t, tt.kind, "1", tt.ann, tt.spec)
-			fields, err := PlanSurge(obj, ComponentMain, 1, 1, false)
+			fields, err := PlanSurge(obj, &Target{Ref: obj.Ref, Component: ComponentMain}, 1, 1, false)
 			var unsup *UnsupportedError
 			if !errors.As(err, &unsup) {
 				t.Fatalf("PlanSurge() = %v, %v; want an *UnsupportedError", fields, err)
@@ -148,7 +173,7 @@ func TestPlanSurgeUnsupported(t *testing.T) {
 func TestPlanSurgeRejectsNonPositiveDelta(t *testing.T) {
 	obj := testObject(t, KindDeployment, "1", nil, `{"replicas": 1}`)
 	for _, delta := range []int32{0, -1} {
-		_, err := PlanSurge(obj, ComponentMain, 1, delta, false)
+		_, err := PlanSurge(obj, &Target{Ref: obj.Ref}, 1, delta, false)
 		var unsup *UnsupportedError
 		if err == nil || errors.As(err, &unsup) {
 			t.Errorf("PlanSurge(delta=%d) error = %v, want a plain error", delta, err)

@@ -1,12 +1,9 @@
 package workload
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +22,7 @@ import (
 type ScaleResource func(apiVersion, kind string) (resource string, ok bool, err error)
 
 // KServeLister returns the lister and resource of a KServe kind, or ok=false while the cluster does
-// not serve that kind.
+// not serve that kind or its informer has not synced.
 type KServeLister func(kind Kind) (lister cache.GenericLister, gvr schema.GroupVersionResource, ok bool)
 
 // Store reads scalable objects from informer listers and writes them with JSON patches.
@@ -48,19 +45,16 @@ type Store struct {
 type Target struct {
 	// Ref is the object whose fields are raised.
 	Ref Ref
-	// Carrier is the object that carries the surge record: Ref itself, except for an InferenceService
-	// (see Record.Target).
-	Carrier Ref
 	// PodOwner is the Deployment or StatefulSet that owns the pods.
 	PodOwner Ref
 	// Component is ComponentMain or ComponentPrefill for an LLMInferenceService.
 	Component string
 }
 
-// Resolve follows the pod's controller ownerReferences (Pod → ReplicaSet → Deployment → owner, or
-// Pod → StatefulSet) to the object that owns its replica count. It matches owners by API group and
-// kind and checks UIDs, never by building names. An *UnsupportedError says why the pod's replicas
-// cannot be surged.
+// Resolve follows the pod's controller ownerReferences (Pod → ReplicaSet → Deployment, or Pod →
+// StatefulSet) to its pod owner, then to the object that owns its replica count (ResolveOwner). It
+// matches owners by API group and kind and checks UIDs, never by building names. An *UnsupportedError
+// says why the pod's replicas cannot be surged.
 func (s *Store) Resolve(pod *corev1.Pod) (*Target, error) {
 	ctrl := metav1.GetControllerOf(pod)
 	if ctrl == nil {
@@ -76,23 +70,36 @@ func (s *Store) Resolve(pod *corev1.Pod) (*Target, error) {
 		if dctrl == nil || dctrl.Kind != "Deployment" || groupOf(dctrl) != "apps" {
 			return nil, unsupported("ReplicaSet %s is not managed by a Deployment", rs.Name)
 		}
-		d, err := s.Deployments.Deployments(pod.Namespace).Get(dctrl.Name)
-		if err != nil || d.UID != dctrl.UID {
-			return nil, fmt.Errorf("deployment %s/%s of pod %s not in cache yet", pod.Namespace, dctrl.Name, pod.Name)
+		return s.ResolveOwner(Ref{Kind: KindDeployment, Namespace: pod.Namespace, Name: dctrl.Name, UID: dctrl.UID})
+	case ctrl.Kind == "StatefulSet" && groupOf(ctrl) == "apps":
+		return s.ResolveOwner(Ref{Kind: KindStatefulSet, Namespace: pod.Namespace, Name: ctrl.Name, UID: ctrl.UID})
+	}
+	return nil, unsupported("pod %s/%s is controlled by a %s, which has no replica count to raise", pod.Namespace, pod.Name, ctrl.Kind)
+}
+
+// ResolveOwner returns the object that owns the replica count of a Deployment or StatefulSet: its
+// KServe owner, its owner with a /scale subresource, the HPA that scales it, or itself. The surge
+// lifecycle calls it on every sync to check that a Surge's target still controls its pod owner.
+func (s *Store) ResolveOwner(owner Ref) (*Target, error) {
+	switch owner.Kind {
+	case KindDeployment:
+		d, err := s.Deployments.Deployments(owner.Namespace).Get(owner.Name)
+		if err != nil || (owner.UID != "" && d.UID != owner.UID) {
+			return nil, fmt.Errorf("deployment %s/%s not in cache yet", owner.Namespace, owner.Name)
 		}
 		return s.resolveDeployment(d)
-	case ctrl.Kind == "StatefulSet" && groupOf(ctrl) == "apps":
-		ss, err := s.StatefulSets.StatefulSets(pod.Namespace).Get(ctrl.Name)
-		if err != nil || ss.UID != ctrl.UID {
-			return nil, fmt.Errorf("statefulset %s/%s of pod %s not in cache yet", pod.Namespace, ctrl.Name, pod.Name)
+	case KindStatefulSet:
+		ss, err := s.StatefulSets.StatefulSets(owner.Namespace).Get(owner.Name)
+		if err != nil || (owner.UID != "" && ss.UID != owner.UID) {
+			return nil, fmt.Errorf("statefulset %s/%s not in cache yet", owner.Namespace, owner.Name)
 		}
-		owner := Ref{Kind: KindStatefulSet, Namespace: ss.Namespace, Name: ss.Name, UID: ss.UID}
+		ref := Ref{Kind: KindStatefulSet, Namespace: ss.Namespace, Name: ss.Name, UID: ss.UID}
 		if c := metav1.GetControllerOf(ss); c != nil {
 			return nil, unsupported("StatefulSet %s is controlled by %s %s (for example a LeaderWorkerSet): not surged", ss.Name, c.Kind, c.Name)
 		}
-		return s.withHPA(owner)
+		return s.withHPA(ref)
 	}
-	return nil, unsupported("pod %s/%s is controlled by a %s, which has no replica count to raise", pod.Namespace, pod.Name, ctrl.Kind)
+	return nil, fmt.Errorf("kind %s does not own pods", owner.Kind)
 }
 
 func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
@@ -104,16 +111,12 @@ func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
 	if groupOf(c) == KServeGroup && (c.Kind == string(KindInferenceService) || c.Kind == string(KindLLMInferenceService)) {
 		kind := Kind(c.Kind)
 		if _, _, ok := s.KServe(kind); !ok {
-			return nil, unsupported("Deployment %s is owned by %s %s, but this cluster does not serve that API", d.Name, c.Kind, c.Name)
+			return nil, &NotServedError{Kind: kind}
 		}
 		t := &Target{Ref: Ref{Kind: kind, Namespace: d.Namespace, Name: c.Name, UID: c.UID}, PodOwner: owner}
-		t.Carrier = t.Ref
-		if kind == KindInferenceService {
-			t.Carrier = owner
-		}
 		if kind == KindLLMInferenceService {
 			t.Component = ComponentMain
-			if d.Spec.Template.Labels["app.kubernetes.io/component"] == "llminferenceservice-workload-prefill" {
+			if d.Spec.Template.Labels["app.kubernetes.io/component"] == prefillTemplateComponent {
 				t.Component = ComponentPrefill
 			}
 		}
@@ -125,10 +128,9 @@ func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
 			return nil, fmt.Errorf("discovering %s %s: %w", c.APIVersion, c.Kind, err)
 		}
 		if ok {
-			// Scale the owner, never the Deployment behind its back; the owner's own object may be
-			// rewritten by its controller at any time, so the record lives on the Deployment.
+			// Scale the owner, never the Deployment behind its back.
 			ref := Ref{Kind: Kind(c.Kind), Namespace: d.Namespace, Name: c.Name, UID: c.UID, APIVersion: c.APIVersion, Resource: resource}
-			return &Target{Ref: ref, Carrier: owner, PodOwner: owner}, nil
+			return &Target{Ref: ref, PodOwner: owner}, nil
 		}
 	}
 	return nil, unsupported("Deployment %s is controlled by %s %s, which has no /scale subresource: scaling the Deployment directly would fight that controller", d.Name, c.Kind, c.Name)
@@ -144,11 +146,10 @@ func (s *Store) withHPA(owner Ref) (*Target, error) {
 		ref := h.Spec.ScaleTargetRef
 		gv, _ := schema.ParseGroupVersion(ref.APIVersion)
 		if ref.Kind == string(owner.Kind) && ref.Name == owner.Name && gv.Group == "apps" {
-			ref := Ref{Kind: KindHPA, Namespace: h.Namespace, Name: h.Name, UID: h.UID}
-			return &Target{Ref: ref, Carrier: ref, PodOwner: owner}, nil
+			return &Target{Ref: Ref{Kind: KindHPA, Namespace: h.Namespace, Name: h.Name, UID: h.UID}, PodOwner: owner}, nil
 		}
 	}
-	return &Target{Ref: owner, Carrier: owner, PodOwner: owner}, nil
+	return &Target{Ref: owner, PodOwner: owner}, nil
 }
 
 func groupOf(ref *metav1.OwnerReference) string {
@@ -159,86 +160,21 @@ func groupOf(ref *metav1.OwnerReference) string {
 	return gv.Group
 }
 
-// Get returns the current object from the listers; a NotFound error when it is gone or was replaced
-// by a namesake (different UID, when the ref has one). An owner scaled through /scale is read live:
-// the guardian keeps no informer for kinds it does not know.
-func (s *Store) Get(ref Ref) (*Object, error) {
-	var obj *Object
-	var err error
-	if ref.ViaScale() {
-		return s.getScale(ref)
-	}
-	switch ref.Kind {
-	case KindDeployment:
-		var d *appsv1.Deployment
-		if d, err = s.Deployments.Deployments(ref.Namespace).Get(ref.Name); err == nil {
-			obj, err = newObject(ref.Kind, appsv1.SchemeGroupVersion, d)
-		}
-	case KindStatefulSet:
-		var ss *appsv1.StatefulSet
-		if ss, err = s.StatefulSets.StatefulSets(ref.Namespace).Get(ref.Name); err == nil {
-			obj, err = newObject(ref.Kind, appsv1.SchemeGroupVersion, ss)
-		}
-	case KindHPA:
-		var h *autoscalingv2.HorizontalPodAutoscaler
-		if h, err = s.HPAs.HorizontalPodAutoscalers(ref.Namespace).Get(ref.Name); err == nil {
-			obj, err = newObject(ref.Kind, autoscalingv2.SchemeGroupVersion, h)
-		}
-	case KindInferenceService, KindLLMInferenceService:
-		lister, gvr, ok := s.KServe(ref.Kind)
-		if !ok {
-			return nil, apierrors.NewNotFound(schema.GroupResource{Group: KServeGroup, Resource: string(ref.Kind)}, ref.Name)
-		}
-		u, gerr := lister.ByNamespace(ref.Namespace).Get(ref.Name)
-		if gerr != nil {
-			return nil, gerr
-		}
-		obj, err = newObject(ref.Kind, gvr.GroupVersion(), u)
-	default:
-		return nil, fmt.Errorf("unknown kind %q", ref.Kind)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if ref.UID != "" && obj.Ref.UID != ref.UID {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: string(ref.Kind)}, ref.Name)
-	}
-	return obj, nil
-}
-
-// Patch applies a JSON patch to the object with the guardian's field manager.
-func (s *Store) Patch(ctx context.Context, ref Ref, data []byte) error {
-	opts := metav1.PatchOptions{FieldManager: s.FieldManager}
-	var err error
-	if ref.ViaScale() {
-		_, err = s.Dynamic.Resource(scaleGVR(ref)).Namespace(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts, "scale")
-		return err
-	}
-	switch ref.Kind {
-	case KindDeployment:
-		_, err = s.Kube.AppsV1().Deployments(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts)
-	case KindStatefulSet:
-		_, err = s.Kube.AppsV1().StatefulSets(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts)
-	case KindHPA:
-		_, err = s.Kube.AutoscalingV2().HorizontalPodAutoscalers(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts)
-	case KindInferenceService, KindLLMInferenceService:
-		_, gvr, ok := s.KServe(ref.Kind)
-		if !ok {
-			return fmt.Errorf("%s is not served by this cluster", ref.Kind)
-		}
-		_, err = s.Dynamic.Resource(gvr).Namespace(ref.Namespace).Patch(ctx, ref.Name, types.JSONPatchType, data, opts)
-	default:
-		err = fmt.Errorf("unknown kind %q", ref.Kind)
-	}
-	return err
-}
-
 // PodOwnerState is what the guardian needs to know of a Deployment or StatefulSet.
 type PodOwnerState struct {
 	Selector labels.Selector
-	// Replicas is spec.replicas; StatusReplicas the pods that exist for it.
-	Replicas, StatusReplicas int32
-	Annotations              map[string]string
+	// Replicas is spec.replicas; StatusReplicas the pods that exist for it and UpdatedReplicas those of
+	// its current revision.
+	Replicas, StatusReplicas, UpdatedReplicas int32
+	// Generation and ObservedGeneration tell whether the status describes the current spec.
+	Generation, ObservedGeneration int64
+	Annotations                    map[string]string
+}
+
+// CaughtUp reports whether the owner's controller has acted on its current spec and runs exactly
+// want pods: a two-step restore removes an explicit count only then.
+func (st *PodOwnerState) CaughtUp(want int32) bool {
+	return st.Replicas == want && st.ObservedGeneration >= st.Generation && st.StatusReplicas == want && st.UpdatedReplicas == want
 }
 
 // PodOwner reads the pod owner's selector and replica counts.
@@ -252,14 +188,18 @@ func (s *Store) PodOwner(ref Ref) (*PodOwnerState, error) {
 		if err != nil {
 			return nil, err
 		}
-		sel, uid, st.StatusReplicas, st.Annotations = d.Spec.Selector, d.UID, d.Status.Replicas, d.Annotations
+		sel, uid, st.Annotations = d.Spec.Selector, d.UID, d.Annotations
+		st.StatusReplicas, st.UpdatedReplicas = d.Status.Replicas, d.Status.UpdatedReplicas
+		st.Generation, st.ObservedGeneration = d.Generation, d.Status.ObservedGeneration
 		st.Replicas = ptrOr(d.Spec.Replicas, 1)
 	case KindStatefulSet:
 		ss, err := s.StatefulSets.StatefulSets(ref.Namespace).Get(ref.Name)
 		if err != nil {
 			return nil, err
 		}
-		sel, uid, st.StatusReplicas, st.Annotations = ss.Spec.Selector, ss.UID, ss.Status.Replicas, ss.Annotations
+		sel, uid, st.Annotations = ss.Spec.Selector, ss.UID, ss.Annotations
+		st.StatusReplicas, st.UpdatedReplicas = ss.Status.Replicas, ss.Status.UpdatedReplicas
+		st.Generation, st.ObservedGeneration = ss.Generation, ss.Status.ObservedGeneration
 		st.Replicas = ptrOr(ss.Spec.Replicas, 1)
 	default:
 		return nil, fmt.Errorf("kind %s does not own pods", ref.Kind)
@@ -280,30 +220,4 @@ func ptrOr(p *int32, def int32) int32 {
 		return def
 	}
 	return *p
-}
-
-func scaleGVR(ref Ref) schema.GroupVersionResource {
-	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
-	return gv.WithResource(ref.Resource)
-}
-
-// getScale reads an owner's Scale. Its fields are the Scale's (/spec/replicas); its metadata carries
-// the owner's resourceVersion, which guards the patch like any other.
-func (s *Store) getScale(ref Ref) (*Object, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	u, err := s.Dynamic.Resource(scaleGVR(ref)).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{}, "scale")
-	if err != nil {
-		return nil, err
-	}
-	if ref.UID != "" && u.GetUID() != "" && u.GetUID() != ref.UID {
-		return nil, apierrors.NewNotFound(scaleGVR(ref).GroupResource(), ref.Name)
-	}
-	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
-	obj, err := newObject(ref.Kind, gv, u)
-	if err != nil {
-		return nil, err
-	}
-	obj.Ref = ref
-	return obj, nil
 }

@@ -30,9 +30,11 @@ func TestResolve(t *testing.T) {
 		name            string
 		objects         []any
 		served          map[Kind]bool
+		scalable        ScaleResource
 		pod             *corev1.Pod
 		want            *Target
 		wantUnsupported bool
+		wantNotServed   bool
 		wantErr         bool
 	}{
 		{
@@ -80,9 +82,10 @@ func TestResolve(t *testing.T) {
 				d := deployment("granite-predictor", "pred-uid", &isvcRef, nil)
 				return []any{replicaSet("granite-predictor-7f", "rs-uid", d), d}
 			}(),
-			served:          map[Kind]bool{KindLLMInferenceService: true},
-			pod:             pod("granite-predictor-7f-x", ctrlRef("apps/v1", "ReplicaSet", "granite-predictor-7f", "rs-uid")),
-			wantUnsupported: true,
+			served: map[Kind]bool{KindLLMInferenceService: true},
+			pod:    pod("granite-predictor-7f-x", ctrlRef("apps/v1", "ReplicaSet", "granite-predictor-7f", "rs-uid")),
+			// Not served may mean not synced yet: neither surged directly nor reported unsupported.
+			wantNotServed: true,
 		},
 		{
 			name: "InferenceService kind of another API group",
@@ -133,6 +136,42 @@ func TestResolve(t *testing.T) {
 			served:          map[Kind]bool{KindInferenceService: true, KindLLMInferenceService: true},
 			pod:             pod("m-1-x", ctrlRef("apps/v1", "ReplicaSet", "m-1", "rs-uid")),
 			wantUnsupported: true,
+		},
+		{
+			name: "Deployment owned by a kind with a /scale subresource: the owner is scaled",
+			objects: func() []any {
+				owner := ctrlRef("example.io/v1", "Notebook", "nb", "nb-uid")
+				d := deployment("nb", "nb-dep-uid", &owner, nil)
+				return []any{replicaSet("nb-1", "rs-uid", d), d, hpa("nb-hpa", "apps/v1", "Deployment", "nb")}
+			}(),
+			scalable: scalableKinds(map[string]string{"example.io/v1/Notebook": "notebooks"}),
+			pod:      pod("nb-1-x", ctrlRef("apps/v1", "ReplicaSet", "nb-1", "rs-uid")),
+			want: &Target{
+				Ref:      Ref{Kind: Kind("Notebook"), Namespace: storeNS, Name: "nb", UID: "nb-uid", APIVersion: "example.io/v1", Resource: "notebooks"},
+				PodOwner: deploymentRef("nb", "nb-dep-uid"),
+			},
+		},
+		{
+			name: "Deployment owned by a kind without a /scale subresource",
+			objects: func() []any {
+				owner := ctrlRef("example.io/v1", "ModelServer", "m", "m-uid")
+				d := deployment("m", "m-dep-uid", &owner, nil)
+				return []any{replicaSet("m-1", "rs-uid", d), d}
+			}(),
+			scalable:        scalableKinds(map[string]string{"example.io/v1/Notebook": "notebooks"}),
+			pod:             pod("m-1-x", ctrlRef("apps/v1", "ReplicaSet", "m-1", "rs-uid")),
+			wantUnsupported: true,
+		},
+		{
+			name: "discovery of the owner's /scale fails: retry, not unsupported",
+			objects: func() []any {
+				owner := ctrlRef("example.io/v1", "Notebook", "nb", "nb-uid")
+				d := deployment("nb", "nb-dep-uid", &owner, nil)
+				return []any{replicaSet("nb-1", "rs-uid", d), d}
+			}(),
+			scalable: func(string, string) (string, bool, error) { return "", false, errors.New("discovery unavailable") },
+			pod:      pod("nb-1-x", ctrlRef("apps/v1", "ReplicaSet", "nb-1", "rs-uid")),
+			wantErr:  true,
 		},
 		{
 			name:            "ReplicaSet without a Deployment",
@@ -199,29 +238,201 @@ func TestResolve(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newTestStore(t, tt.served, tt.objects...)
+			s.Scalable = tt.scalable
 			got, err := s.Resolve(tt.pod)
-			var unsup *UnsupportedError
-			isUnsup := errors.As(err, &unsup)
-			switch {
-			case tt.wantUnsupported:
-				if !isUnsup {
-					t.Fatalf("Resolve() = %+v, %v; want an *UnsupportedError", got, err)
-				}
-			case tt.wantErr:
-				if err == nil || isUnsup {
-					t.Fatalf("Resolve() = %+v, %v; want a plain (retryable) error", got, err)
-				}
-			default:
-				if err != nil {
-					t.Fatalf("Resolve() error = %v", err)
-				}
-				// Compared field by field: which object carries the record is the controller's concern.
-				if got.Ref != tt.want.Ref || got.PodOwner != tt.want.PodOwner || got.Component != tt.want.Component {
-					t.Errorf("Resolve() = {Ref:%+v PodOwner:%+v Component:%q}, want {Ref:%+v PodOwner:%+v Component:%q}",
-						got.Ref, got.PodOwner, got.Component, tt.want.Ref, tt.want.PodOwner, tt.want.Component)
-				}
-			}
+			checkResolved(t, "Resolve()", got, err, tt.want, tt.wantUnsupported, tt.wantNotServed, tt.wantErr)
 		})
+	}
+}
+
+// ResolveOwner is what the lifecycle calls on every sync to check that a Surge's target still controls
+// its pod owner; it must answer like Resolve does for the owner's pods.
+func TestResolveOwner(t *testing.T) {
+	isvcRef := ctrlRef(KServeGroup+"/v1beta1", "InferenceService", "granite", "isvc-uid")
+	llmRef := ctrlRef(KServeGroup+"/v1alpha2", "LLMInferenceService", "llama", "llm-uid")
+	lwsRef := ctrlRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llama-kserve-mn", "lws-uid")
+	nbRef := ctrlRef("example.io/v1", "Notebook", "nb", "nb-uid")
+	ssRef := Ref{Kind: KindStatefulSet, Namespace: storeNS, Name: "db", UID: "db-uid"}
+	kserve := map[Kind]bool{KindInferenceService: true, KindLLMInferenceService: true}
+
+	tests := []struct {
+		name            string
+		objects         []any
+		served          map[Kind]bool
+		scalable        ScaleResource
+		owner           Ref
+		want            *Target
+		wantUnsupported bool
+		wantNotServed   bool
+		wantErr         bool
+	}{
+		{
+			name:    "Deployment owns its own count",
+			objects: []any{deployment("plain", "plain-uid", nil, nil)},
+			owner:   deploymentRef("plain", "plain-uid"),
+			want:    &Target{Ref: deploymentRef("plain", "plain-uid"), PodOwner: deploymentRef("plain", "plain-uid")},
+		},
+		{
+			name:    "Deployment scaled by an HPA",
+			objects: []any{deployment("plain", "plain-uid", nil, nil), hpa("plain-hpa", "apps/v1", "Deployment", "plain")},
+			owner:   deploymentRef("plain", "plain-uid"),
+			want:    &Target{Ref: Ref{Kind: KindHPA, Namespace: storeNS, Name: "plain-hpa", UID: "plain-hpa-uid"}, PodOwner: deploymentRef("plain", "plain-uid")},
+		},
+		{
+			name:    "an HPA of a StatefulSet namesake does not scale the Deployment",
+			objects: []any{deployment("plain", "plain-uid", nil, nil), hpa("ss-hpa", "apps/v1", "StatefulSet", "plain")},
+			owner:   deploymentRef("plain", "plain-uid"),
+			want:    &Target{Ref: deploymentRef("plain", "plain-uid"), PodOwner: deploymentRef("plain", "plain-uid")},
+		},
+		{
+			name:    "Deployment of an InferenceService, KServe served",
+			objects: []any{deployment("granite-predictor", "pred-uid", &isvcRef, nil), hpa("granite-predictor", "apps/v1", "Deployment", "granite-predictor")},
+			served:  kserve,
+			owner:   deploymentRef("granite-predictor", "pred-uid"),
+			want:    &Target{Ref: Ref{Kind: KindInferenceService, Namespace: storeNS, Name: "granite", UID: "isvc-uid"}, PodOwner: deploymentRef("granite-predictor", "pred-uid")},
+		},
+		{
+			name:          "Deployment of an InferenceService, KServe not served or not synced",
+			objects:       []any{deployment("granite-predictor", "pred-uid", &isvcRef, nil)},
+			served:        map[Kind]bool{KindLLMInferenceService: true},
+			owner:         deploymentRef("granite-predictor", "pred-uid"),
+			wantNotServed: true,
+		},
+		{
+			name:    "LLMInferenceService main workload",
+			objects: []any{deployment("llama-kserve", "main-uid", &llmRef, map[string]string{"app.kubernetes.io/component": "llminferenceservice-workload"})},
+			served:  kserve,
+			owner:   deploymentRef("llama-kserve", "main-uid"),
+			want: &Target{
+				Ref:       Ref{Kind: KindLLMInferenceService, Namespace: storeNS, Name: "llama", UID: "llm-uid"},
+				PodOwner:  deploymentRef("llama-kserve", "main-uid"),
+				Component: ComponentMain,
+			},
+		},
+		{
+			name:    "LLMInferenceService prefill workload, told by its pod template label",
+			objects: []any{deployment("llama-kserve-prefill", "prefill-uid", &llmRef, map[string]string{"app.kubernetes.io/component": "llminferenceservice-workload-prefill"})},
+			served:  kserve,
+			owner:   deploymentRef("llama-kserve-prefill", "prefill-uid"),
+			want: &Target{
+				Ref:       Ref{Kind: KindLLMInferenceService, Namespace: storeNS, Name: "llama", UID: "llm-uid"},
+				PodOwner:  deploymentRef("llama-kserve-prefill", "prefill-uid"),
+				Component: ComponentPrefill,
+			},
+		},
+		{
+			name:          "LLMInferenceService not served",
+			objects:       []any{deployment("llama-kserve", "main-uid", &llmRef, nil)},
+			served:        map[Kind]bool{KindInferenceService: true},
+			owner:         deploymentRef("llama-kserve", "main-uid"),
+			wantNotServed: true,
+		},
+		{
+			name:     "Deployment of an owner with /scale",
+			objects:  []any{deployment("nb", "nb-dep-uid", &nbRef, nil)},
+			scalable: scalableKinds(map[string]string{"example.io/v1/Notebook": "notebooks"}),
+			owner:    deploymentRef("nb", "nb-dep-uid"),
+			want: &Target{
+				Ref:      Ref{Kind: Kind("Notebook"), Namespace: storeNS, Name: "nb", UID: "nb-uid", APIVersion: "example.io/v1", Resource: "notebooks"},
+				PodOwner: deploymentRef("nb", "nb-dep-uid"),
+			},
+		},
+		{
+			name:            "Deployment of an owner without /scale discovery",
+			objects:         []any{deployment("nb", "nb-dep-uid", &nbRef, nil)},
+			owner:           deploymentRef("nb", "nb-dep-uid"),
+			wantUnsupported: true,
+		},
+		{
+			name:    "StatefulSet owns its own count",
+			objects: []any{statefulSet("db", "db-uid", nil)},
+			owner:   ssRef,
+			want:    &Target{Ref: ssRef, PodOwner: ssRef},
+		},
+		{
+			name:    "StatefulSet scaled by an HPA",
+			objects: []any{statefulSet("db", "db-uid", nil), hpa("db-hpa", "apps/v1", "StatefulSet", "db")},
+			owner:   ssRef,
+			want:    &Target{Ref: Ref{Kind: KindHPA, Namespace: storeNS, Name: "db-hpa", UID: "db-hpa-uid"}, PodOwner: ssRef},
+		},
+		{
+			name:            "StatefulSet controlled by a LeaderWorkerSet",
+			objects:         []any{statefulSet("llama-kserve-mn", "ss-uid", &lwsRef), hpa("mn-hpa", "apps/v1", "StatefulSet", "llama-kserve-mn")},
+			owner:           Ref{Kind: KindStatefulSet, Namespace: storeNS, Name: "llama-kserve-mn", UID: "ss-uid"},
+			wantUnsupported: true,
+		},
+		{
+			name:    "Deployment replaced by a namesake",
+			objects: []any{deployment("plain", "new-uid", nil, nil)},
+			owner:   deploymentRef("plain", "plain-uid"),
+			wantErr: true,
+		},
+		{
+			name:    "StatefulSet replaced by a namesake",
+			objects: []any{statefulSet("db", "new-uid", nil)},
+			owner:   ssRef,
+			wantErr: true,
+		},
+		{
+			name:    "Deployment not in the cache",
+			owner:   deploymentRef("plain", "plain-uid"),
+			wantErr: true,
+		},
+		{
+			name:    "a kind that owns no pods",
+			objects: []any{hpa("plain-hpa", "apps/v1", "Deployment", "plain")},
+			owner:   Ref{Kind: KindHPA, Namespace: storeNS, Name: "plain-hpa", UID: "plain-hpa-uid"},
+			wantErr: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newTestStore(t, tt.served, tt.objects...)
+			s.Scalable = tt.scalable
+			got, err := s.ResolveOwner(tt.owner)
+			checkResolved(t, "ResolveOwner()", got, err, tt.want, tt.wantUnsupported, tt.wantNotServed, tt.wantErr)
+		})
+	}
+}
+
+// checkResolved compares Resolve's or ResolveOwner's answer with what is wanted: a target, an
+// *UnsupportedError (reported, never retried), a *NotServedError (kept, retried) or a plain error.
+func checkResolved(t *testing.T, call string, got *Target, err error, want *Target, wantUnsupported, wantNotServed, wantErr bool) {
+	t.Helper()
+	var unsup *UnsupportedError
+	var notServed *NotServedError
+	isUnsup, isNotServed := errors.As(err, &unsup), errors.As(err, &notServed)
+	switch {
+	case wantUnsupported:
+		if !isUnsup {
+			t.Fatalf("%s = %+v, %v; want an *UnsupportedError", call, got, err)
+		}
+		if unsup.Detail == "" {
+			t.Error("UnsupportedError has no detail for the Event")
+		}
+	case wantNotServed:
+		if !isNotServed || isUnsup {
+			t.Fatalf("%s = %+v, %v; want a *NotServedError", call, got, err)
+		}
+	case wantErr:
+		if err == nil || isUnsup || isNotServed {
+			t.Fatalf("%s = %+v, %v; want a plain (retryable) error", call, got, err)
+		}
+	default:
+		if err != nil {
+			t.Fatalf("%s error = %v", call, err)
+		}
+		if *got != *want {
+			t.Errorf("%s = %+v, want %+v", call, *got, *want)
+		}
+	}
+}
+
+// scalableKinds is a ScaleResource answering from a map of "apiVersion/Kind" to resource.
+func scalableKinds(m map[string]string) ScaleResource {
+	return func(apiVersion, kind string) (string, bool, error) {
+		r, ok := m[apiVersion+"/"+kind]
+		return r, ok, nil
 	}
 }
 
@@ -232,7 +443,19 @@ func TestStoreGet(t *testing.T) {
 		"spec":     map[string]any{"predictor": map[string]any{"minReplicas": int64(1)}},
 	}}
 	s := newTestStore(t, map[Kind]bool{KindInferenceService: true},
-		deployment("plain", "plain-uid", nil, nil), isvc)
+		deployment("plain", "plain-uid", nil, nil), isvc, statefulSet("db", "db-uid", nil), hpa("plain-hpa", "apps/v1", "Deployment", "plain"))
+
+	ss, err := s.Get(Ref{Kind: KindStatefulSet, Namespace: storeNS, Name: "db", UID: "db-uid"})
+	if err != nil || ss.APIVersion != "apps/v1" || ss.Ref.Kind != KindStatefulSet {
+		t.Errorf("Get(StatefulSet) = %+v, %v", ss, err)
+	}
+	h, err := s.Get(Ref{Kind: KindHPA, Namespace: storeNS, Name: "plain-hpa", UID: "plain-hpa-uid"})
+	if err != nil {
+		t.Fatalf("Get(HPA) error = %v", err)
+	}
+	if n, ok := h.Int("/spec/maxReplicas"); !ok || n != 3 || h.APIVersion != "autoscaling/v2" {
+		t.Errorf("HPA view: maxReplicas %d (present %v), apiVersion %q; want 3, autoscaling/v2", n, ok, h.APIVersion)
+	}
 
 	d, err := s.Get(deploymentRef("plain", "plain-uid"))
 	if err != nil {
@@ -256,32 +479,112 @@ func TestStoreGet(t *testing.T) {
 	for name, ref := range map[string]Ref{
 		"replaced by a namesake": deploymentRef("plain", "old-uid"),
 		"deleted":                deploymentRef("gone", ""),
-		"KServe kind not served": {Kind: KindLLMInferenceService, Namespace: storeNS, Name: "llama"},
+		"InferenceService replaced by a namesake": {Kind: KindInferenceService, Namespace: storeNS, Name: "granite", UID: "old-isvc-uid"},
+		"InferenceService deleted":                {Kind: KindInferenceService, Namespace: storeNS, Name: "gone"},
 	} {
 		if _, err := s.Get(ref); !apierrors.IsNotFound(err) {
 			t.Errorf("Get(%s) [%s] error = %v, want NotFound", ref, name, err)
 		}
+	}
+
+	// A KServe kind whose lister is not available may well have the object: never NotFound, which
+	// would make the lifecycle drop the Surge as if its target were deleted.
+	_, err = s.Get(Ref{Kind: KindLLMInferenceService, Namespace: storeNS, Name: "llama", UID: "llm-uid"})
+	var notServed *NotServedError
+	if !errors.As(err, &notServed) || apierrors.IsNotFound(err) {
+		t.Errorf("Get(LLMInferenceService not served) error = %v, want a *NotServedError", err)
+	} else if notServed.Kind != KindLLMInferenceService {
+		t.Errorf("NotServedError.Kind = %q, want %q", notServed.Kind, KindLLMInferenceService)
+	}
+
+	if _, err := s.Get(Ref{Kind: Kind("ReplicaSet"), Namespace: storeNS, Name: "plain-5d9"}); err == nil || apierrors.IsNotFound(err) {
+		t.Errorf("Get(unknown kind) error = %v, want a plain error", err)
 	}
 }
 
 func TestStorePodOwner(t *testing.T) {
 	d := deployment("plain", "plain-uid", nil, nil)
 	d.Spec.Replicas = nil
-	d.Status.Replicas = 2
-	s := newTestStore(t, nil, d)
+	d.Annotations = map[string]string{IgnoreAnnotation: "true"}
+	d.Generation, d.Status.ObservedGeneration = 4, 3
+	d.Status.Replicas, d.Status.UpdatedReplicas = 2, 1
+	ss := statefulSet("db", "db-uid", nil)
+	ss.Spec.Replicas = ptr.To[int32](3)
+	ss.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
+	ss.Generation, ss.Status.ObservedGeneration = 2, 2
+	ss.Status.Replicas, ss.Status.UpdatedReplicas = 3, 3
+	s := newTestStore(t, nil, d, ss)
 
 	st, err := s.PodOwner(deploymentRef("plain", "plain-uid"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Replicas != 1 || st.StatusReplicas != 2 {
-		t.Errorf("PodOwner() replicas %d/%d, want spec 1 (defaulted), status 2", st.Replicas, st.StatusReplicas)
+	want := PodOwnerState{Replicas: 1, StatusReplicas: 2, UpdatedReplicas: 1, Generation: 4, ObservedGeneration: 3}
+	if st.Replicas != want.Replicas || st.StatusReplicas != want.StatusReplicas || st.UpdatedReplicas != want.UpdatedReplicas ||
+		st.Generation != want.Generation || st.ObservedGeneration != want.ObservedGeneration {
+		t.Errorf("PodOwner(Deployment) = %+v, want spec 1 (defaulted), status 2, updated 1, generation 4, observed 3", *st)
+	}
+	if !IgnoredByAnnotation(st.Annotations) {
+		t.Errorf("PodOwner(Deployment) annotations = %v, want the opt-out carried", st.Annotations)
 	}
 	if !st.Selector.Matches(labels.Set{"app": "plain"}) || st.Selector.Matches(labels.Set{"app": "other"}) {
 		t.Errorf("PodOwner() selector = %s, want app=plain", st.Selector)
 	}
-	if _, err := s.PodOwner(deploymentRef("plain", "old-uid")); !apierrors.IsNotFound(err) {
-		t.Errorf("PodOwner() of a replaced Deployment error = %v, want NotFound", err)
+
+	st, err = s.PodOwner(Ref{Kind: KindStatefulSet, Namespace: storeNS, Name: "db", UID: "db-uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Replicas != 3 || st.StatusReplicas != 3 || st.UpdatedReplicas != 3 || st.Generation != 2 || st.ObservedGeneration != 2 {
+		t.Errorf("PodOwner(StatefulSet) = %+v, want 3/3/3 at generation 2 observed", *st)
+	}
+	if !st.Selector.Matches(labels.Set{"app": "db"}) {
+		t.Errorf("PodOwner(StatefulSet) selector = %s, want app=db", st.Selector)
+	}
+
+	for name, ref := range map[string]Ref{
+		"replaced Deployment":  deploymentRef("plain", "old-uid"),
+		"deleted Deployment":   deploymentRef("gone", "gone-uid"),
+		"replaced StatefulSet": {Kind: KindStatefulSet, Namespace: storeNS, Name: "db", UID: "old-uid"},
+	} {
+		if _, err := s.PodOwner(ref); !apierrors.IsNotFound(err) {
+			t.Errorf("PodOwner(%s) [%s] error = %v, want NotFound", ref, name, err)
+		}
+	}
+	if _, err := s.PodOwner(Ref{Kind: KindHPA, Namespace: storeNS, Name: "h"}); err == nil || apierrors.IsNotFound(err) {
+		t.Errorf("PodOwner(HPA) error = %v, want a plain error: an HPA owns no pods", err)
+	}
+}
+
+// CaughtUp gates the removal of a two-step restore's explicit count: removing it before the pod owner
+// runs exactly that count would keep the surged replicas for good.
+func TestPodOwnerStateCaughtUp(t *testing.T) {
+	caughtUp := PodOwnerState{Replicas: 1, StatusReplicas: 1, UpdatedReplicas: 1, Generation: 5, ObservedGeneration: 5}
+	tests := []struct {
+		name string
+		mod  func(*PodOwnerState)
+		want int32
+		ok   bool
+	}{
+		{name: "runs exactly the wanted count", want: 1, ok: true},
+		{name: "status observed a later generation than the spec read", mod: func(s *PodOwnerState) { s.ObservedGeneration = 6 }, want: 1, ok: true},
+		{name: "spec not scaled down yet", mod: func(s *PodOwnerState) { s.Replicas = 2 }, want: 1},
+		{name: "controller has not seen the new spec", mod: func(s *PodOwnerState) { s.ObservedGeneration = 4 }, want: 1},
+		{name: "surplus pod still exists", mod: func(s *PodOwnerState) { s.StatusReplicas = 2 }, want: 1},
+		{name: "pod of the current revision missing", mod: func(s *PodOwnerState) { s.UpdatedReplicas = 0 }, want: 1},
+		{name: "another count wanted", want: 2},
+		{name: "three replicas, caught up", mod: func(s *PodOwnerState) { s.Replicas, s.StatusReplicas, s.UpdatedReplicas = 3, 3, 3 }, want: 3, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := caughtUp
+			if tt.mod != nil {
+				tt.mod(&st)
+			}
+			if got := st.CaughtUp(tt.want); got != tt.ok {
+				t.Errorf("%+v.CaughtUp(%d) = %v, want %v", st, tt.want, got, tt.ok)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,181 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// executor is the one place the guardian writes to the API: target patches, Surge create, status and
+// delete, evictions and pod deletion costs. It owns dry-run (nothing is written; each decision is
+// reported once as a DryRun Event), the field manager, optimistic concurrency (every write is
+// conditional on the resourceVersion the decision was made on) and the write-error metric, in the
+// way descheduler's PodEvictor owns evictions.
+type executor struct {
+	c *Controller
+}
+
+// errDryRun is returned by every write in dry-run mode: the caller stops there.
+var errDryRun = fmt.Errorf("dry run: not written")
+
+// dryRun reports a write not made, once per object version and action.
+func (e *executor) dryRun(regarding runtime.Object, key, format string, args ...any) error {
+	if e.c.state.once("", ReasonDryRun+"/"+key) {
+		e.c.event(regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge, "Dry run: would "+format, args...)
+	}
+	return errDryRun
+}
+
+// failed counts a refused write and wraps the error for the retry log.
+func (e *executor) failed(resource, what string, err error) error {
+	e.c.metrics.WriteErrors.WithLabelValues(resource, writeErrorReason(err)).Inc()
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// writeErrorReason classifies a refused write for drain_guardian_write_errors_total.
+func writeErrorReason(err error) string {
+	switch {
+	case isConflict(err):
+		return "Conflict"
+	case apierrors.IsNotFound(err):
+		return "NotFound"
+	case apierrors.IsForbidden(err):
+		return "Forbidden"
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return "Invalid"
+	case apierrors.IsTooManyRequests(err):
+		return "TooManyRequests"
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err):
+		return "ServerError"
+	}
+	return "Other"
+}
+
+// isConflict reports a write made against a stale object: a 409, or the 422 the API server answers
+// when a JSON patch cannot be applied (k8s.io/apiserver pkg/endpoints/handlers/patch.go answers any
+// apply error, a failed resourceVersion test included, with a bare 422 that names no object and no
+// cause). Every guardian patch tests the resourceVersion and touches only paths it saw, so such a
+// 422 means the object changed since it was read: read again and decide again. A validation 422
+// (admission, schema) names the object and its causes and is not a conflict.
+func isConflict(err error) bool {
+	if apierrors.IsConflict(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsInvalid(err) {
+		return false
+	}
+	d := status.Status().Details
+	return d == nil || (d.Name == "" && len(d.Causes) == 0)
+}
+
+// patchTarget writes a JSON patch (whose first operation tests the resourceVersion) on the target.
+func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch []byte, what string) error {
+	if e.c.opts.DryRun {
+		return e.dryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
+	}
+	if err := e.c.store.Patch(ctx, obj.Ref, patch); err != nil {
+		return e.failed(strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
+	}
+	return nil
+}
+
+// createSurge persists a new Surge (phase Pending). AlreadyExists means another guardian (or an
+// earlier sync whose cache was behind) created it first: the caller looks again.
+func (e *executor) createSurge(ctx context.Context, s *v1alpha1.Surge) error {
+	u, err := surgeObject(s)
+	if err != nil {
+		return err
+	}
+	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return e.failed("surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
+	}
+	return nil
+}
+
+// updateStatus writes the Surge's status; s carries the resourceVersion it was read at, so a stale
+// write fails with a conflict.
+func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
+	s.Status.ObservedGeneration = s.Generation
+	u, err := surgeObject(s)
+	if err != nil {
+		return err
+	}
+	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return e.failed("surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
+	}
+	return nil
+}
+
+// deleteSurge deletes exactly the Surge read (UID and resourceVersion preconditions).
+func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
+	rv := s.ResourceVersion
+	err := e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Delete(ctx, s.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return e.failed("surges", "deleting Surge "+s.Namespace+"/"+s.Name, err)
+	}
+	return nil
+}
+
+// evictResult is what the Eviction API answered.
+type evictResult int
+
+const (
+	evicted evictResult = iota
+	evictRefused
+	evictGone
+)
+
+// evict asks the Eviction API to remove a pod; the guardian never deletes one. A 429 (the PDB does
+// not allow it yet) is no error: the caller retries shortly.
+func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *corev1.Pod, node string) (evictResult, error) {
+	if e.c.opts.DryRun {
+		return evictRefused, e.dryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
+	err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	switch {
+	case err == nil:
+		e.c.metrics.Evictions.WithLabelValues("success").Inc()
+		return evicted, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return evictGone, nil
+	case apierrors.IsTooManyRequests(err):
+		e.c.metrics.Evictions.WithLabelValues("blocked").Inc()
+		return evictRefused, nil
+	}
+	e.c.metrics.Evictions.WithLabelValues("error").Inc()
+	return evictRefused, e.failed("pods/eviction", fmt.Sprintf("evicting pod %s/%s", p.Namespace, p.Name), err)
+}
+
+// setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.
+func (e *executor) setDeletionCost(ctx context.Context, p *corev1.Pod, cost string) error {
+	if e.c.opts.DryRun {
+		return errDryRun
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": p.ResourceVersion,
+		"annotations":     map[string]string{deletionCostAnnotation: cost},
+	}})
+	_, err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return e.failed("pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
+	}
+	return nil
+}

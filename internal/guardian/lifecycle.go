@@ -1,0 +1,281 @@
+package guardian
+
+import (
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// Observation is everything Decide needs to know about one Surge, read from the listers and checked
+// against the live objects by the controller.
+type Observation struct {
+	Now   time.Time
+	Surge *v1alpha1.Surge
+	// Fields is the state of each of the Surge's fields on the live target, in order.
+	Fields []workload.FieldState
+	// Node is the Surge's node, nil when deleted; Pool its pool, nil when deleted or none.
+	Node *corev1.Node
+	Pool *mcfgv1.MachineConfigPool
+	// CurrentDrain identifies the drain the node is under now ("" when none), as NodeTrigger says.
+	CurrentDrain string
+	// PodOwnerGone: the Deployment or StatefulSet running the pods no longer exists.
+	PodOwnerGone bool
+	// LiveOnNode counts the workload's pods still on the node and not being deleted.
+	LiveOnNode int
+	// ReadyElsewhere counts the workload's Ready pods on other nodes, not being deleted.
+	ReadyElsewhere int32
+	// ReadyOnSafeNodes counts the workload's Ready pods, not being deleted, on nodes this update will
+	// not drain again (mco.WillNotDrain).
+	ReadyOnSafeNodes int32
+	// UnschedulableSince is when the oldest Unschedulable pod of the workload became so, if any.
+	UnschedulableSince *time.Time
+	// CaughtUp: the pod owner runs exactly the explicit count of a two-step restore.
+	CaughtUp bool
+	// CapacityWanted: a stall of the same pool waits for capacity that this surge holds.
+	CapacityWanted bool
+}
+
+// ActionKind is what to do next for a Surge. Each action is at most one write.
+type ActionKind string
+
+// The actions.
+const (
+	ActWait ActionKind = "Wait"
+	// ActWriteFields writes the surged values on the target (Pending).
+	ActWriteFields ActionKind = "WriteFields"
+	// ActMarkSurged records that the fields are written (Pending → Surged).
+	ActMarkSurged ActionKind = "MarkSurged"
+	// ActDiscard deletes a Pending Surge whose fields someone else changed before the guardian wrote them.
+	ActDiscard ActionKind = "Discard"
+	// ActMarkReady records the Ready replacement (Surged → Ready).
+	ActMarkReady ActionKind = "MarkReady"
+	// ActEvict evicts the workload's pods from the drained node through the Eviction API.
+	ActEvict ActionKind = "Evict"
+	// ActMarkResolved records that no pod is left on the node (Ready → Resolved).
+	ActMarkResolved ActionKind = "MarkResolved"
+	// ActStartRestore commits to the restore, with its reason (→ Restoring).
+	ActStartRestore ActionKind = "StartRestore"
+	// ActRestoreFields writes the original values back (one step; see Action.RemoveExplicit).
+	ActRestoreFields ActionKind = "RestoreFields"
+	// ActFinish ends a restore: the Surge is deleted, or kept as Failed when the surge did not help.
+	ActFinish ActionKind = "Finish"
+	// ActForget deletes a Failed Surge once its drain is over or its retention ran out.
+	ActForget ActionKind = "Forget"
+)
+
+// Restore reasons. The failure ones double as the failed-stall metric's reason label.
+const (
+	ReasonPoolUpdated    = "PoolUpdated"
+	ReasonNodeUpdated    = "NodeUpdated"
+	ReasonSurvivorsSafe  = "SurvivorsOnUpdatedNodes"
+	ReasonCapacityNeeded = "CapacityNeeded"
+	ReasonUncordoned     = "Uncordoned"
+	ReasonNodeDeleted    = "NodeDeleted"
+	ReasonPoolDeleted    = "PoolDeleted"
+	ReasonStallGone      = "StallGone"
+	ReasonUnschedulable  = "Unschedulable"
+	ReasonReadyTimeout   = "ReadyTimeout"
+	ReasonMaxDuration    = "MaxDurationExceeded"
+	ReasonPodOwnerGone   = "WorkloadDeleted"
+	ReasonUnsatisfiable  = "UnsatisfiablePDB"
+	ReasonUnsupported    = "UnsupportedOwner"
+	ReasonNoCapacity     = "NoCapacity"
+)
+
+const (
+	defaultRecheckPeriod = 30 * time.Second
+	evictRetryPeriod     = 5 * time.Second
+	scaleDownRecheck     = 5 * time.Second
+)
+
+// Action is Decide's answer.
+type Action struct {
+	Kind ActionKind
+	// Reason explains a StartRestore; Failed marks a restore that undoes a surge which did not help.
+	Reason string
+	Failed bool
+	// RemoveExplicit, on RestoreFields, removes fields left at their explicit count by the first step.
+	RemoveExplicit bool
+	// After is when to look again if nothing changes before.
+	After time.Duration
+}
+
+// Decide returns the next step of a Surge's life: Pending → Surged → Ready → Resolved → Restoring →
+// deleted; or Restoring early, marked failed, when the replacement cannot be scheduled, is not Ready
+// in time, the workload is deleted or the surge outlives its maximum duration (→ Failed, kept until
+// the drain it was made for is over).
+func Decide(cfg Config, o Observation) Action {
+	switch o.Surge.PhaseOf() {
+	case v1alpha1.PhasePending:
+		return decidePending(cfg, o)
+	case v1alpha1.PhaseRestoring:
+		return decideRestoring(o)
+	case v1alpha1.PhaseFailed:
+		return decideFailed(cfg, o)
+	}
+	if a, ok := mustRestore(cfg, o); ok {
+		return a
+	}
+	s := o.Surge
+	age := o.Now.Sub(s.Spec.StartTime.Time)
+	next := min(defaultRecheckPeriod, cfg.MaxSurgeDuration-age)
+	switch s.PhaseOf() {
+	case v1alpha1.PhaseSurged:
+		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
+			return Action{Kind: ActMarkReady}
+		}
+		if o.UnschedulableSince != nil {
+			stuck := o.Now.Sub(*o.UnschedulableSince)
+			if stuck >= cfg.ScheduleTimeout {
+				return Action{Kind: ActStartRestore, Reason: ReasonUnschedulable, Failed: true}
+			}
+			next = min(next, cfg.ScheduleTimeout-stuck)
+		}
+		if age >= cfg.ReadyTimeout {
+			return Action{Kind: ActStartRestore, Reason: ReasonReadyTimeout, Failed: true}
+		}
+		return Action{Kind: ActWait, After: min(next, cfg.ReadyTimeout-age)}
+	case v1alpha1.PhaseReady:
+		if o.LiveOnNode == 0 {
+			return Action{Kind: ActMarkResolved}
+		}
+		if cfg.Evict && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node) {
+			return Action{Kind: ActEvict, After: evictRetryPeriod}
+		}
+	}
+	return Action{Kind: ActWait, After: next}
+}
+
+// decidePending finishes the first write of a surge: the Surge exists, the fields may or may not be
+// written (a crash between the two writes resumes here).
+func decidePending(cfg Config, o Observation) Action {
+	switch {
+	case anyIn(o.Fields, workload.FieldAtSet):
+		// The fields are written in one patch: one at its surged value means the write happened (a
+		// crash came before the Surge said so), even if someone changed another field since. The
+		// surge goes on; its restore keeps their values.
+		return Action{Kind: ActMarkSurged}
+	case !allIn(o.Fields, workload.FieldAtOriginal):
+		return Action{Kind: ActDiscard}
+	case o.PodOwnerGone:
+		return Action{Kind: ActFinish}
+	}
+	if _, done := finished(cfg, o); done || o.CurrentDrain != o.Surge.Spec.Drain {
+		// The stall ended before the fields were written: nothing to surge, nothing to restore.
+		return Action{Kind: ActFinish}
+	}
+	return Action{Kind: ActWriteFields}
+}
+
+// decideRestoring puts the fields back, one write at a time, then finishes.
+func decideRestoring(o Observation) Action {
+	switch {
+	case anyIn(o.Fields, workload.FieldAtSet):
+		return Action{Kind: ActRestoreFields}
+	case anyIn(o.Fields, workload.FieldAtExplicit):
+		if o.CaughtUp || o.PodOwnerGone {
+			return Action{Kind: ActRestoreFields, RemoveExplicit: true}
+		}
+		return Action{Kind: ActWait, After: scaleDownRecheck}
+	}
+	return Action{Kind: ActFinish}
+}
+
+// decideFailed keeps a Failed Surge, the memory that this drain of this node was tried, while that
+// drain lasts, at most for --max-surge-duration.
+func decideFailed(cfg Config, o Observation) Action {
+	s := o.Surge
+	if o.Node == nil || o.CurrentDrain != s.Spec.Drain {
+		return Action{Kind: ActForget}
+	}
+	since := s.Spec.StartTime.Time
+	if s.Status.RestoreTime != nil {
+		since = s.Status.RestoreTime.Time
+	}
+	left := cfg.MaxSurgeDuration - o.Now.Sub(since)
+	if left <= 0 {
+		return Action{Kind: ActForget}
+	}
+	return Action{Kind: ActWait, After: min(left, defaultRecheckPeriod)}
+}
+
+// mustRestore returns the restore a surged workload is due, if any.
+func mustRestore(cfg Config, o Observation) (Action, bool) {
+	if o.PodOwnerGone {
+		return Action{Kind: ActStartRestore, Reason: ReasonPodOwnerGone, Failed: true}, true
+	}
+	if o.Now.Sub(o.Surge.Spec.StartTime.Time) >= cfg.MaxSurgeDuration {
+		return Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true}, true
+	}
+	if reason, done := finished(cfg, o); done {
+		return Action{Kind: ActStartRestore, Reason: reason}, true
+	}
+	return Action{}, false
+}
+
+// beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, or the
+// stall came from a plain cordon. A node the MCO merely targeted is not evicted from before its drain.
+func beingDrained(s *v1alpha1.Surge, node *corev1.Node) bool {
+	return Trigger(s.Spec.Trigger) == TriggerCordoned || mco.ReadNode(node).Draining()
+}
+
+// finished reports whether the surge has served its purpose, and why. A surge whose workload already
+// has its original number of Ready pods on nodes this update will not drain again needs no holding:
+// restoring it frees the capacity (often the cluster's one spare GPU) for the next node's stall.
+func finished(cfg Config, o Observation) (string, bool) {
+	if o.Node == nil {
+		return ReasonNodeDeleted, true
+	}
+	s := o.Surge
+	if Trigger(s.Spec.Trigger) == TriggerCordoned || s.Spec.Pool == "" {
+		return ReasonUncordoned, !o.Node.Spec.Unschedulable
+	}
+	survivorsSafe := s.PhaseOf() == v1alpha1.PhaseResolved && o.ReadyOnSafeNodes >= max(s.Spec.Replicas, 1)
+	switch {
+	case cfg.Restore == RestoreAuto && survivorsSafe:
+		return ReasonSurvivorsSafe, true
+	case o.CapacityWanted && survivorsSafe:
+		return ReasonCapacityNeeded, true
+	case cfg.Restore == RestoreNode:
+		// The node is done with its update, whichever config it ended on: the pool's target may have
+		// moved on during the rollout, or been reverted, and either way no drain of this node is coming.
+		st := mco.ReadNode(o.Node)
+		return ReasonNodeUpdated, st.Updated() && !st.Targeted() && !o.Node.Spec.Unschedulable
+	case o.Pool == nil:
+		return ReasonPoolDeleted, true
+	}
+	return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
+}
+
+func allIn(states []workload.FieldState, want workload.FieldState) bool {
+	for _, s := range states {
+		if s != want {
+			return false
+		}
+	}
+	return len(states) > 0
+}
+
+func anyIn(states []workload.FieldState, want workload.FieldState) bool {
+	for _, s := range states {
+		if s == want {
+			return true
+		}
+	}
+	return false
+}
+
+// InFlight reports whether a Surge in this phase is a stall being served, the kind
+// --max-concurrent-surges bounds: a surge held only for safety, or being restored, is not.
+func InFlight(p v1alpha1.Phase) bool {
+	switch p {
+	case v1alpha1.PhasePending, v1alpha1.PhaseSurged, v1alpha1.PhaseReady:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,752 @@
+package guardian
+
+import (
+	"testing"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+const cordonDrain = "cordon-2025-05-01T11:00:00Z"
+
+// allActionKinds is every action Decide can answer; TestDecide must reach each of them.
+var allActionKinds = []ActionKind{
+	ActWait, ActWriteFields, ActMarkSurged, ActDiscard, ActMarkReady, ActEvict, ActMarkResolved,
+	ActStartRestore, ActRestoreFields, ActFinish, ActForget,
+}
+
+type decideCase struct {
+	name  string
+	phase v1alpha1.Phase
+	cfg   func(*Config)
+	// surge and obs modify the defaults: an MCO drain of node-a (for rendered-b) in the updating
+	// worker pool, surged a minute ago by one replica of a single-replica Deployment, one pod still
+	// on the node, the fields where the phase says they are.
+	surge func(*v1alpha1.Surge)
+	obs   func(*Observation)
+	want  Action
+}
+
+func TestDecide(t *testing.T) {
+	var cases []decideCase
+	cases = append(cases, pendingCases()...)
+	cases = append(cases, surgedCases()...)
+	cases = append(cases, readyCases()...)
+	cases = append(cases, resolvedCases()...)
+	cases = append(cases, restoringCases()...)
+	cases = append(cases, failedCases()...)
+
+	seen := map[ActionKind]bool{}
+	for _, tt := range cases {
+		t.Run(string(tt.phaseOrPending())+"/"+tt.name, func(t *testing.T) {
+			got := decide(tt)
+			seen[got.Kind] = true
+			if got != tt.want {
+				t.Errorf("Decide() = %+v, want %+v", got, tt.want)
+			}
+			if got.Kind == ActWait && got.After <= 0 {
+				t.Errorf("Decide() waits with After = %s; a wait must come back", got.After)
+			}
+			if got.Kind != ActStartRestore && (got.Reason != "" || got.Failed) {
+				t.Errorf("Decide() = %+v: only a StartRestore carries a reason", got)
+			}
+		})
+	}
+	for _, k := range allActionKinds {
+		if !seen[k] {
+			t.Errorf("no case answers %s", k)
+		}
+	}
+}
+
+func (tt decideCase) phaseOrPending() v1alpha1.Phase {
+	if tt.phase == "" {
+		return v1alpha1.PhasePending
+	}
+	return tt.phase
+}
+
+func decide(tt decideCase) Action {
+	cfg := defaultConfig()
+	if tt.cfg != nil {
+		tt.cfg(&cfg)
+	}
+	s := testSurge(tt.phase)
+	if tt.surge != nil {
+		tt.surge(s)
+	}
+	fields := []workload.FieldState{workload.FieldAtSet}
+	if p := s.PhaseOf(); p == v1alpha1.PhasePending || p == v1alpha1.PhaseFailed {
+		fields = []workload.FieldState{workload.FieldAtOriginal}
+	}
+	o := Observation{
+		Now: now, Surge: s, Fields: fields,
+		Node: drainingNode(), Pool: updatingPool(), CurrentDrain: "rendered-b",
+		LiveOnNode: 1,
+	}
+	if s.PhaseOf() == v1alpha1.PhaseResolved {
+		o.LiveOnNode = 0
+	}
+	if Trigger(s.Spec.Trigger) == TriggerCordoned {
+		o.Node, o.Pool, o.CurrentDrain = cordonedSince(updatedNode(), nil), nil, cordonDrain
+	}
+	if tt.obs != nil {
+		tt.obs(&o)
+	}
+	return Decide(cfg, o)
+}
+
+func pendingCases() []decideCase {
+	return []decideCase{
+		{name: "no phase written yet, fields at original: write them", phase: "", want: Action{Kind: ActWriteFields}},
+		{name: "fields at original: write them", phase: v1alpha1.PhasePending, want: Action{Kind: ActWriteFields}},
+		{
+			name: "all fields at set (crash after the write): mark surged", phase: v1alpha1.PhasePending,
+			obs:  fields(workload.FieldAtSet, workload.FieldAtSet),
+			want: Action{Kind: ActMarkSurged},
+		},
+		{
+			// The write happened: it must be undone through the lifecycle, not forgotten.
+			name: "fields at set although the stall is gone: mark surged all the same", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { fields(workload.FieldAtSet)(o); o.CurrentDrain = ""; o.Pool = updatedPool() },
+			want: Action{Kind: ActMarkSurged},
+		},
+		{
+			name: "field changed by someone else before the write: discard", phase: v1alpha1.PhasePending,
+			obs:  fields(workload.FieldChanged),
+			want: Action{Kind: ActDiscard},
+		},
+		{
+			// The write happened (one patch sets every field), then someone changed the other field:
+			// the surge goes on and its restore keeps their value; forgetting it would strand a field
+			// at the surged value with no record.
+			name: "one field at set, the other changed since: mark surged", phase: v1alpha1.PhasePending,
+			obs:  fields(workload.FieldAtSet, workload.FieldChanged),
+			want: Action{Kind: ActMarkSurged},
+		},
+		{
+			name: "one field at set, the other back at its original: mark surged", phase: v1alpha1.PhasePending,
+			obs:  fields(workload.FieldAtSet, workload.FieldAtOriginal),
+			want: Action{Kind: ActMarkSurged},
+		},
+		{
+			name: "one of two fields changed: discard", phase: v1alpha1.PhasePending,
+			obs:  fields(workload.FieldAtOriginal, workload.FieldChanged),
+			want: Action{Kind: ActDiscard},
+		},
+		{
+			name: "node no longer under any drain: finish", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.CurrentDrain = ""; o.Node = updatedNode() },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "node under another drain than the Surge's: finish", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.CurrentDrain = "rendered-c" },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "node deleted: finish", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.Node = nil },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "pool updated: finish", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.Pool = updatedPool() },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "pod owner deleted: finish", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.PodOwnerGone = true },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "cordon trigger, node uncordoned: finish", phase: v1alpha1.PhasePending, surge: cordonSurge,
+			obs:  func(o *Observation) { o.Node = updatedNode() },
+			want: Action{Kind: ActFinish},
+		},
+		{
+			name: "cordon trigger, node still cordoned: write", phase: v1alpha1.PhasePending, surge: cordonSurge,
+			want: Action{Kind: ActWriteFields},
+		},
+		{
+			name: "restore=auto: pods on safe nodes do not stop a surge not written yet", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.ReadyOnSafeNodes = 3 },
+			want: Action{Kind: ActWriteFields},
+		},
+		{
+			name: "restore=node, node being drained: write", phase: v1alpha1.PhasePending, cfg: restore(RestoreNode),
+			want: Action{Kind: ActWriteFields},
+		},
+	}
+}
+
+func surgedCases() []decideCase {
+	minute := time.Minute
+	surged := v1alpha1.PhaseSurged
+	return []decideCase{
+		{
+			name: "replacement Ready", phase: surged,
+			surge: func(s *v1alpha1.Surge) { s.Spec.ReadyBefore = 1 },
+			obs:   func(o *Observation) { o.ReadyElsewhere = 2 },
+			want:  Action{Kind: ActMarkReady},
+		},
+		{
+			name: "Ready elsewhere counts only beyond the replicas Ready before the surge", phase: surged,
+			surge: func(s *v1alpha1.Surge) { s.Spec.ReadyBefore = 1 },
+			obs:   func(o *Observation) { o.ReadyElsewhere = 1 },
+			want:  Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "Ready replacement wins over another pod stuck Unschedulable", phase: surged,
+			obs:  func(o *Observation) { o.ReadyElsewhere = 1; o.UnschedulableSince = ptrTime(now.Add(-10 * minute)) },
+			want: Action{Kind: ActMarkReady},
+		},
+		{
+			name: "replacement Unschedulable past the schedule timeout", phase: surged,
+			obs:  func(o *Observation) { o.UnschedulableSince = ptrTime(now.Add(-5 * minute)) },
+			want: Action{Kind: ActStartRestore, Reason: ReasonUnschedulable, Failed: true},
+		},
+		{
+			name: "replacement Unschedulable, schedule timeout in 10s", phase: surged,
+			obs:  func(o *Observation) { o.UnschedulableSince = ptrTime(now.Add(-5*minute + 10*time.Second)) },
+			want: Action{Kind: ActWait, After: 10 * time.Second},
+		},
+		{
+			name: "replacement not Ready past the ready timeout", phase: surged,
+			surge: startedAgo(30 * minute),
+			want:  Action{Kind: ActStartRestore, Reason: ReasonReadyTimeout, Failed: true},
+		},
+		{
+			name: "replacement not Ready, ready timeout in 5s", phase: surged,
+			surge: startedAgo(30*minute - 5*time.Second),
+			want:  Action{Kind: ActWait, After: 5 * time.Second},
+		},
+		{
+			name: "pod owner deleted", phase: surged,
+			obs:  func(o *Observation) { o.PodOwnerGone = true },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPodOwnerGone, Failed: true},
+		},
+		{
+			name: "maximum duration exceeded", phase: surged,
+			surge: startedAgo(24 * time.Hour),
+			want:  Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true},
+		},
+		{
+			name: "maximum duration wins over a finished update", phase: surged,
+			surge: startedAgo(25 * time.Hour),
+			obs:   func(o *Observation) { o.Pool = updatedPool() },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true},
+		},
+		{
+			name: "pool updated before the replacement was Ready", phase: surged,
+			obs:  func(o *Observation) { o.Pool = updatedPool(); o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated},
+		},
+		{
+			name: "node deleted", phase: surged,
+			obs:  func(o *Observation) { o.Node = nil },
+			want: Action{Kind: ActStartRestore, Reason: ReasonNodeDeleted},
+		},
+		{
+			name: "pool deleted", phase: surged,
+			obs:  func(o *Observation) { o.Pool = nil },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolDeleted},
+		},
+		{
+			name: "cordon trigger, node uncordoned", phase: surged, surge: cordonSurge,
+			obs:  func(o *Observation) { o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonUncordoned},
+		},
+	}
+}
+
+func readyCases() []decideCase {
+	ready := v1alpha1.PhaseReady
+	targeted := func(s *v1alpha1.Surge) { s.Spec.Trigger = string(TriggerMCOTargeted) }
+	return []decideCase{
+		{
+			name: "no pod left on the node", phase: ready,
+			obs:  func(o *Observation) { o.LiveOnNode = 0 },
+			want: Action{Kind: ActMarkResolved},
+		},
+		{
+			name: "node cordoned and MCO draining: evict", phase: ready,
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
+		},
+		{
+			name: "eviction disabled: wait for the MCO's next attempt", phase: ready, cfg: func(c *Config) { c.Evict = false },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "MCO draining but node not cordoned yet", phase: ready,
+			obs:  func(o *Observation) { o.Node.Spec.Unschedulable = false },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node merely targeted: no eviction before the drain", phase: ready, surge: targeted,
+			obs:  func(o *Observation) { o.Node = targetedNode() },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node targeted and cordoned by someone, MCO not draining: no eviction", phase: ready, surge: targeted,
+			obs:  func(o *Observation) { o.Node = cordonedSince(targetedNode(), nil) },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "preemptive surge, drain started since: evict", phase: ready, surge: targeted,
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
+		},
+		{
+			name: "cordon trigger, node cordoned: evict", phase: ready, surge: cordonSurge,
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
+		},
+		{
+			name: "restore=auto: pods on safe nodes do not restore before the node is left", phase: ready,
+			obs:  func(o *Observation) { o.ReadyOnSafeNodes = 2 },
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
+		},
+		{
+			name: "pod owner deleted", phase: ready,
+			obs:  func(o *Observation) { o.PodOwnerGone = true },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPodOwnerGone, Failed: true},
+		},
+	}
+}
+
+func resolvedCases() []decideCase {
+	resolved := v1alpha1.PhaseResolved
+	safe := func(n int32) func(*Observation) { return func(o *Observation) { o.ReadyOnSafeNodes = n } }
+	capacityWanted := func(o *Observation) { o.ReadyOnSafeNodes = 1; o.CapacityWanted = true }
+	replicas := func(n int32) func(*v1alpha1.Surge) { return func(s *v1alpha1.Surge) { s.Spec.Replicas = n } }
+	return []decideCase{
+		// --restore=auto (the default).
+		{
+			name: "auto: the original count is Ready on safe nodes: restore", phase: resolved, obs: safe(1),
+			want: Action{Kind: ActStartRestore, Reason: ReasonSurvivorsSafe},
+		},
+		{
+			name: "auto: more than enough Ready on safe nodes", phase: resolved, obs: safe(2),
+			want: Action{Kind: ActStartRestore, Reason: ReasonSurvivorsSafe},
+		},
+		{
+			name: "auto: fewer than the original count on safe nodes: hold", phase: resolved, surge: replicas(2), obs: safe(1),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "auto: two replicas, both on safe nodes", phase: resolved, surge: replicas(2), obs: safe(2),
+			want: Action{Kind: ActStartRestore, Reason: ReasonSurvivorsSafe},
+		},
+		{
+			name: "auto: no pod on a safe node: hold", phase: resolved,
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "auto: spec.replicas 0 still needs one safe Ready pod", phase: resolved, surge: replicas(0),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "auto: pool updated", phase: resolved,
+			obs:  func(o *Observation) { o.Pool = updatedPool(); o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated},
+		},
+		{
+			name: "auto: pool deleted", phase: resolved,
+			obs:  func(o *Observation) { o.Pool = nil },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolDeleted},
+		},
+		// --restore=pool.
+		{
+			name: "pool: safe survivors do not restore while the pool updates", phase: resolved, cfg: restore(RestorePool), obs: safe(1),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "pool: node updated, pool still updating: hold", phase: resolved, cfg: restore(RestorePool),
+			obs:  func(o *Observation) { o.Node = updatedNode() },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "pool: pool updated", phase: resolved, cfg: restore(RestorePool),
+			obs:  func(o *Observation) { o.Pool = updatedPool(); o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated},
+		},
+		{
+			name: "pool: another stall wants the capacity and survivors are safe: give it back", phase: resolved, cfg: restore(RestorePool),
+			obs:  capacityWanted,
+			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
+		},
+		{
+			name: "pool: capacity wanted but survivors not safe: hold", phase: resolved, cfg: restore(RestorePool),
+			obs:  func(o *Observation) { o.CapacityWanted = true },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "pool: pool deleted", phase: resolved, cfg: restore(RestorePool),
+			obs:  func(o *Observation) { o.Pool = nil },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPoolDeleted},
+		},
+		// --restore=node.
+		{
+			name: "node: node updated, Done and schedulable", phase: resolved, cfg: restore(RestoreNode),
+			obs:  func(o *Observation) { o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonNodeUpdated},
+		},
+		{
+			name: "node: node updated but still cordoned", phase: resolved, cfg: restore(RestoreNode),
+			obs:  func(o *Observation) { o.Node = updatedNode(); o.Node.Spec.Unschedulable = true },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			// The pool's target moved on during the rollout: the node is done all the same.
+			name: "node: node ended on another config than the drain's", phase: resolved, cfg: restore(RestoreNode),
+			surge: func(s *v1alpha1.Surge) { s.Spec.Drain = "rendered-c" },
+			obs:   func(o *Observation) { o.Node = updatedNode() },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonNodeUpdated},
+		},
+		{
+			name: "node: node updated but targeted again", phase: resolved, cfg: restore(RestoreNode),
+			obs: func(o *Observation) {
+				o.Node = updatedNode()
+				o.Node.Annotations[mco.DesiredConfigAnnotation] = "rendered-c"
+			},
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node: still draining", phase: resolved, cfg: restore(RestoreNode),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node: safe survivors alone do not restore", phase: resolved, cfg: restore(RestoreNode), obs: safe(1),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node: capacity wanted and survivors safe", phase: resolved, cfg: restore(RestoreNode), obs: capacityWanted,
+			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
+		},
+		{
+			name: "node: pool updated is not enough while the node is cordoned", phase: resolved, cfg: restore(RestoreNode),
+			obs:  func(o *Observation) { o.Pool = updatedPool(); o.Node = cordonedSince(updatedNode(), nil) },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		// A plain cordon.
+		{
+			name: "cordon trigger, node uncordoned", phase: resolved, surge: cordonSurge,
+			obs:  func(o *Observation) { o.Node = updatedNode() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonUncordoned},
+		},
+		{
+			name: "cordon trigger, node uncordoned even though its pool is updating", phase: resolved, surge: cordonSurge,
+			obs:  func(o *Observation) { o.Node = updatedNode(); o.Pool = updatingPool() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonUncordoned},
+		},
+		{
+			name: "cordon trigger, node still cordoned, pool updated", phase: resolved, surge: cordonSurge,
+			obs:  func(o *Observation) { o.Pool = updatedPool() },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "cordon trigger, node still cordoned: safe survivors do not restore", phase: resolved, surge: cordonSurge, obs: safe(1),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		// Early restores.
+		{
+			name: "pod owner deleted", phase: resolved,
+			obs:  func(o *Observation) { o.PodOwnerGone = true; o.Pool = updatedPool() },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPodOwnerGone, Failed: true},
+		},
+		{
+			name: "maximum duration exceeded", phase: resolved, cfg: restore(RestorePool), surge: startedAgo(24 * time.Hour),
+			want: Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true},
+		},
+		{
+			name: "maximum duration in 10s", phase: resolved, cfg: restore(RestorePool), surge: startedAgo(24*time.Hour - 10*time.Second),
+			want: Action{Kind: ActWait, After: 10 * time.Second},
+		},
+		{
+			name: "node deleted", phase: resolved,
+			obs:  func(o *Observation) { o.Node = nil },
+			want: Action{Kind: ActStartRestore, Reason: ReasonNodeDeleted},
+		},
+	}
+}
+
+func restoringCases() []decideCase {
+	restoring := v1alpha1.PhaseRestoring
+	return []decideCase{
+		{name: "field at set: restore it", phase: restoring, want: Action{Kind: ActRestoreFields}},
+		{
+			name: "one field at set, one changed by someone else: restore", phase: restoring,
+			obs:  fields(workload.FieldAtSet, workload.FieldChanged),
+			want: Action{Kind: ActRestoreFields},
+		},
+		{
+			name: "one field at set, one at explicit: the set one first", phase: restoring,
+			obs:  func(o *Observation) { fields(workload.FieldAtSet, workload.FieldAtExplicit)(o); o.CaughtUp = true },
+			want: Action{Kind: ActRestoreFields},
+		},
+		{
+			name: "at explicit, workload caught up: remove the field", phase: restoring,
+			obs:  func(o *Observation) { fields(workload.FieldAtExplicit)(o); o.CaughtUp = true },
+			want: Action{Kind: ActRestoreFields, RemoveExplicit: true},
+		},
+		{
+			name: "at explicit, pod owner deleted: remove the field", phase: restoring,
+			obs:  func(o *Observation) { fields(workload.FieldAtExplicit)(o); o.PodOwnerGone = true },
+			want: Action{Kind: ActRestoreFields, RemoveExplicit: true},
+		},
+		{
+			name: "at explicit, workload still scaling down: wait", phase: restoring,
+			obs:  fields(workload.FieldAtExplicit),
+			want: Action{Kind: ActWait, After: scaleDownRecheck},
+		},
+		{
+			name: "at explicit, still scaling down, even past the maximum duration: wait", phase: restoring,
+			surge: startedAgo(48 * time.Hour),
+			obs:   fields(workload.FieldAtExplicit),
+			want:  Action{Kind: ActWait, After: scaleDownRecheck},
+		},
+		{name: "every field at original: finish", phase: restoring, obs: fields(workload.FieldAtOriginal, workload.FieldAtOriginal), want: Action{Kind: ActFinish}},
+		{name: "field changed by someone else: finish, their value kept", phase: restoring, obs: fields(workload.FieldChanged), want: Action{Kind: ActFinish}},
+		{name: "original and changed: finish", phase: restoring, obs: fields(workload.FieldAtOriginal, workload.FieldChanged), want: Action{Kind: ActFinish}},
+		{
+			name: "past the maximum duration: restore, not restart the restore", phase: restoring,
+			surge: startedAgo(48 * time.Hour),
+			want:  Action{Kind: ActRestoreFields},
+		},
+		{
+			name: "node deleted: restore all the same", phase: restoring,
+			obs:  func(o *Observation) { o.Node = nil; o.Pool = nil },
+			want: Action{Kind: ActRestoreFields},
+		},
+	}
+}
+
+func failedCases() []decideCase {
+	failed := v1alpha1.PhaseFailed
+	restoredAgo := func(d time.Duration) func(*v1alpha1.Surge) {
+		return func(s *v1alpha1.Surge) {
+			t := metav1.NewTime(now.Add(-d))
+			s.Status.RestoreTime = &t
+		}
+	}
+	return []decideCase{
+		{
+			name: "same drain still under way: keep", phase: failed, surge: restoredAgo(time.Hour),
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "node deleted: forget", phase: failed, surge: restoredAgo(time.Hour),
+			obs:  func(o *Observation) { o.Node = nil },
+			want: Action{Kind: ActForget},
+		},
+		{
+			name: "node under no drain any more: forget", phase: failed, surge: restoredAgo(time.Hour),
+			obs:  func(o *Observation) { o.CurrentDrain = ""; o.Node = updatedNode() },
+			want: Action{Kind: ActForget},
+		},
+		{
+			name: "node under another drain: forget", phase: failed, surge: restoredAgo(time.Hour),
+			obs:  func(o *Observation) { o.CurrentDrain = "rendered-c" },
+			want: Action{Kind: ActForget},
+		},
+		{
+			name: "retention ran out: forget", phase: failed, surge: restoredAgo(24 * time.Hour),
+			want: Action{Kind: ActForget},
+		},
+		{
+			name: "retention counts from the restore, not the start", phase: failed,
+			surge: func(s *v1alpha1.Surge) { startedAgo(30 * time.Hour)(s); restoredAgo(time.Hour)(s) },
+			want:  Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "no restore time: retention counts from the start", phase: failed, surge: startedAgo(24 * time.Hour),
+			want: Action{Kind: ActForget},
+		},
+		{
+			name: "retention ends in 10s", phase: failed, surge: restoredAgo(24*time.Hour - 10*time.Second),
+			want: Action{Kind: ActWait, After: 10 * time.Second},
+		},
+		{
+			name: "cordon trigger, same cordon: keep", phase: failed, surge: func(s *v1alpha1.Surge) { cordonSurge(s); restoredAgo(time.Minute)(s) },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+	}
+}
+
+func TestInFlight(t *testing.T) {
+	want := map[v1alpha1.Phase]bool{
+		v1alpha1.PhasePending:   true,
+		v1alpha1.PhaseSurged:    true,
+		v1alpha1.PhaseReady:     true,
+		v1alpha1.PhaseResolved:  false,
+		v1alpha1.PhaseRestoring: false,
+		v1alpha1.PhaseFailed:    false,
+	}
+	for p, w := range want {
+		if got := InFlight(p); got != w {
+			t.Errorf("InFlight(%s) = %v, want %v", p, got, w)
+		}
+	}
+	if !InFlight((&v1alpha1.Surge{}).PhaseOf()) {
+		t.Error("a Surge with no phase written (Pending) is not in flight")
+	}
+}
+
+// Four single-replica models, one on each of four GPU nodes of a pool rolling out rendered-b one node
+// at a time. Each drain stalls on a model and is served by a surge; the surges of the drains already
+// done are held (Resolved). With --restore=pool they are held until the pool is Updated but do not
+// count against --max-concurrent-surges, so the next node's stall can be served; with --restore=auto a
+// held surge whose workload is Ready on a node the update will not drain again is restored at once,
+// freeing the GPU it held for the next node's stall.
+func TestFourSingleReplicaModelsOnFourNodes(t *testing.T) {
+	// n1 and n2 are updated and back; n3 is being drained now; n4 still runs the old config.
+	nodes := map[string]*corev1.Node{
+		"n1": named(updatedNode(), "n1"),
+		"n2": named(updatedNode(), "n2"),
+		"n3": named(drainingNode(), "n3"),
+		"n4": named(oldNode(), "n4"),
+	}
+	// The nodes each model's Ready pods run on now. m1 (from n1) was replaced on n2, since updated;
+	// m2 (from n2) was replaced on n1; m3's replacement (for n3) is still starting.
+	readyOn := map[string][]string{"m1": {"n2"}, "m2": {"n1"}, "m3": nil}
+	surges := map[string]*v1alpha1.Surge{
+		"m1": modelSurge("n1", v1alpha1.PhaseResolved),
+		"m2": modelSurge("n2", v1alpha1.PhaseResolved),
+		"m3": modelSurge("n3", v1alpha1.PhaseSurged),
+	}
+	// observe builds the Observation the controller would, counting safe nodes with mco.WillNotDrain.
+	observe := func(model string, pool *mcfgv1.MachineConfigPool) Observation {
+		s := surges[model]
+		o := Observation{
+			Now: now, Surge: s, Fields: []workload.FieldState{workload.FieldAtSet},
+			Node: nodes[s.Spec.Node], Pool: pool, ReadyElsewhere: int32(len(readyOn[model])),
+		}
+		if s.Spec.Node == "n3" {
+			o.CurrentDrain, o.LiveOnNode = "rendered-b", 1
+		}
+		for _, n := range readyOn[model] {
+			if mco.WillNotDrain(nodes[n], pool) {
+				o.ReadyOnSafeNodes++
+			}
+		}
+		return o
+	}
+	models := []string{"m1", "m2", "m3"}
+
+	t.Run("restore=pool", func(t *testing.T) {
+		cfg := defaultConfig()
+		cfg.Restore = RestorePool
+		inFlight := 0
+		for _, m := range models {
+			if InFlight(surges[m].PhaseOf()) {
+				inFlight++
+			}
+			got := Decide(cfg, observe(m, updatingPool()))
+			if got.Kind != ActWait {
+				t.Errorf("%s: Decide() = %+v, want Wait (held until the pool is Updated, or replacement starting)", m, got)
+			}
+		}
+		// With --max-concurrent-surges=1, n3's stall (m3) may be served: m1 and m2, held only for
+		// safety, are not in flight.
+		if inFlight != 1 {
+			t.Errorf("%d surges in flight, want 1 (m3's)", inFlight)
+		}
+		// n4's stall will wait for the GPU m1 holds: m1, Ready on an updated node, gives it back.
+		o := observe("m1", updatingPool())
+		o.CapacityWanted = true
+		if got := Decide(cfg, o); got.Kind != ActStartRestore || got.Reason != ReasonCapacityNeeded || got.Failed {
+			t.Errorf("m1 with capacity wanted: Decide() = %+v, want StartRestore(%s)", got, ReasonCapacityNeeded)
+		}
+		// Once the pool is Updated every held surge is restored.
+		for _, m := range []string{"m1", "m2"} {
+			if got := Decide(cfg, observe(m, updatedPool())); got.Kind != ActStartRestore || got.Reason != ReasonPoolUpdated || got.Failed {
+				t.Errorf("%s after the pool is Updated: Decide() = %+v, want StartRestore(%s)", m, got, ReasonPoolUpdated)
+			}
+		}
+	})
+
+	t.Run("restore=auto", func(t *testing.T) {
+		cfg := defaultConfig()
+		cfg.Restore = RestoreAuto
+		for _, m := range []string{"m1", "m2"} {
+			if got := Decide(cfg, observe(m, updatingPool())); got.Kind != ActStartRestore || got.Reason != ReasonSurvivorsSafe || got.Failed {
+				t.Errorf("%s, Ready on an updated node: Decide() = %+v, want StartRestore(%s)", m, got, ReasonSurvivorsSafe)
+			}
+		}
+		// m3's replacement is not Ready yet: its surge stays, in flight.
+		if got := Decide(cfg, observe("m3", updatingPool())); got.Kind != ActWait || !InFlight(surges["m3"].PhaseOf()) {
+			t.Errorf("m3: Decide() = %+v, want Wait while in flight", got)
+		}
+		// Had m1's replacement landed on n4, which the update has still to drain, restoring m1 would
+		// stall n4's drain on it again: it is held.
+		readyOn["m1"] = []string{"n4"}
+		if got := Decide(cfg, observe("m1", updatingPool())); got.Kind != ActWait {
+			t.Errorf("m1 Ready only on a node still to update: Decide() = %+v, want Wait", got)
+		}
+	})
+}
+
+func testSurge(phase v1alpha1.Phase) *v1alpha1.Surge {
+	one := int64(1)
+	ref := v1alpha1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "llm", UID: "llm-uid"}
+	return &v1alpha1.Surge{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm-node-a", Namespace: "models"},
+		Spec: v1alpha1.SurgeSpec{
+			Target:      ref,
+			PodOwner:    ref,
+			Fields:      []v1alpha1.Field{{Path: "/spec/replicas", Original: &one, Set: 2}},
+			Node:        "node-a",
+			Pool:        mco.WorkerPool,
+			Trigger:     string(TriggerMCODrain),
+			Drain:       "rendered-b",
+			PDB:         "llm",
+			BlockedPod:  "llm-5d9-x",
+			Delta:       1,
+			Replicas:    1,
+			ReadyBefore: 0,
+			StartTime:   metav1.NewTime(now.Add(-time.Minute)),
+		},
+		Status: v1alpha1.SurgeStatus{Phase: phase},
+	}
+}
+
+func modelSurge(node string, phase v1alpha1.Phase) *v1alpha1.Surge {
+	s := testSurge(phase)
+	s.Name, s.Spec.Node = "model-"+node, node
+	return s
+}
+
+func cordonSurge(s *v1alpha1.Surge) {
+	s.Spec.Trigger = string(TriggerCordoned)
+	s.Spec.Pool = ""
+	s.Spec.Drain = cordonDrain
+}
+
+func startedAgo(d time.Duration) func(*v1alpha1.Surge) {
+	return func(s *v1alpha1.Surge) { s.Spec.StartTime = metav1.NewTime(now.Add(-d)) }
+}
+
+func fields(states ...workload.FieldState) func(*Observation) {
+	return func(o *Observation) { o.Fields = states }
+}
+
+func restore(m RestoreMode) func(*Config) {
+	return func(c *Config) { c.Restore = m }
+}
+
+func named(n *corev1.Node, name string) *corev1.Node {
+	n.Name = name
+	return n
+}
+
+// oldNode runs rendered-a and is not targeted yet.
+func oldNode() *corev1.Node {
+	n := targetedNode()
+	n.Annotations[mco.DesiredConfigAnnotation] = "rendered-a"
+	return n
+}

@@ -1,0 +1,102 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// kindHandler is what the surge lifecycle needs to know of one kind of scaled object. Each kind has a
+// file of its own; adding a kind means one file and one line in handlerFor.
+type kindHandler interface {
+	// get reads the object (from its lister, or live for kinds the guardian keeps no informer for).
+	get(s *Store, ref Ref) (*Object, error)
+	// patch applies a JSON patch to the object.
+	patch(ctx context.Context, s *Store, ref Ref, data []byte) error
+	// plan returns the fields to write on obj so that the pod owner, which wants current replicas now,
+	// gets delta more.
+	plan(obj *Object, t *Target, current, delta int32, nilKeepsCount bool) ([]Field, error)
+	// paths lists every JSON pointer plan may name for the target: a Surge naming any other path was
+	// not written by this code and is never acted on.
+	paths(t *Target) []string
+}
+
+// handlerFor returns the handler of the target's kind.
+func handlerFor(ref Ref) (kindHandler, error) {
+	if ref.ViaScale() {
+		return scaleKind{}, nil
+	}
+	switch ref.Kind {
+	case KindDeployment:
+		return deploymentKind{}, nil
+	case KindStatefulSet:
+		return statefulSetKind{}, nil
+	case KindHPA:
+		return hpaKind{}, nil
+	case KindInferenceService:
+		return inferenceServiceKind{}, nil
+	case KindLLMInferenceService:
+		return llmInferenceServiceKind{}, nil
+	}
+	return nil, fmt.Errorf("unknown kind %q", ref.Kind)
+}
+
+// Get returns the current object; a NotFound error when it is gone or was replaced by a namesake
+// (different UID, when the ref has one); a *NotServedError while its API is not served or not synced.
+func (s *Store) Get(ref Ref) (*Object, error) {
+	h, err := handlerFor(ref)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := h.get(s, ref)
+	if err != nil {
+		return nil, err
+	}
+	if ref.UID != "" && obj.Ref.UID != ref.UID {
+		return nil, notFound(ref)
+	}
+	return obj, nil
+}
+
+// Patch applies a JSON patch to the object with the guardian's field manager.
+func (s *Store) Patch(ctx context.Context, ref Ref, data []byte) error {
+	h, err := handlerFor(ref)
+	if err != nil {
+		return err
+	}
+	return h.patch(ctx, s, ref, data)
+}
+
+// PlanSurge returns the fields to write on obj to add delta replicas to the target's pod owner, which
+// currently wants `current` replicas. nilKeepsCount selects OpenShift AI 3.4+ semantics, where an
+// absent LLMInferenceService replica field keeps the Deployment's count instead of meaning one.
+func PlanSurge(obj *Object, t *Target, current, delta int32, nilKeepsCount bool) ([]Field, error) {
+	if delta < 1 {
+		return nil, fmt.Errorf("surge of %d replicas", delta)
+	}
+	h, err := handlerFor(t.Ref)
+	if err != nil {
+		return nil, unsupported("kind %s cannot be surged", t.Ref.Kind)
+	}
+	return h.plan(obj, t, current, delta, nilKeepsCount)
+}
+
+// CheckPaths reports an error unless every field is one the target's kind writes.
+func CheckPaths(t *Target, fields []Field) error {
+	h, err := handlerFor(t.Ref)
+	if err != nil {
+		return err
+	}
+	allowed := h.paths(t)
+	seen := map[string]bool{}
+	for _, f := range fields {
+		if !slices.Contains(allowed, f.Path) {
+			return fmt.Errorf("field %s is not one the guardian writes on a %s", f.Path, t.Ref.Kind)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("field %s is listed twice", f.Path)
+		}
+		seen[f.Path] = true
+	}
+	return nil
+}

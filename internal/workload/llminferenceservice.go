@@ -1,0 +1,56 @@
+package workload
+
+import "context"
+
+// Components of an LLMInferenceService whose replicas the guardian can surge.
+const (
+	ComponentMain    = "main"
+	ComponentPrefill = "prefill"
+)
+
+// prefillTemplateComponent is the app.kubernetes.io/component label of the prefill workload's pods.
+const prefillTemplateComponent = "llminferenceservice-workload-prefill"
+
+// llmInferenceServiceKind scales a KServe LLMInferenceService through spec.replicas (main workload) or
+// spec.prefill.replicas (prefill workload).
+type llmInferenceServiceKind struct{}
+
+const (
+	llmMainPath    = "/spec/replicas"
+	llmPrefillPath = "/spec/prefill/replicas"
+)
+
+func (llmInferenceServiceKind) get(s *Store, ref Ref) (*Object, error) { return getKServe(s, ref) }
+
+func (llmInferenceServiceKind) patch(ctx context.Context, s *Store, ref Ref, data []byte) error {
+	return patchKServe(ctx, s, ref, data)
+}
+
+func (llmInferenceServiceKind) plan(obj *Object, t *Target, current, delta int32, nilKeepsCount bool) ([]Field, error) {
+	if obj.Has("/spec/worker") {
+		return nil, unsupported("multi-node LLMInferenceService (spec.worker, LeaderWorkerSet)")
+	}
+	if obj.Has("/spec/scaling") {
+		return nil, unsupported("LLMInferenceService with spec.scaling: its replicas are owned by an autoscaler")
+	}
+	absentMeans := int64(1)
+	if nilKeepsCount {
+		absentMeans = int64(current)
+	}
+	f := raise(obj, llmPath(t.Component), absentMeans, current, delta)
+	if f.Original == nil && nilKeepsCount {
+		// Removing the field at once would keep the surged count: write the original count first.
+		n := int64(current)
+		f.ExplicitBeforeRemove = &n
+	}
+	return []Field{f}, nil
+}
+
+func (llmInferenceServiceKind) paths(t *Target) []string { return []string{llmPath(t.Component)} }
+
+func llmPath(component string) string {
+	if component == ComponentPrefill {
+		return llmPrefillPath
+	}
+	return llmMainPath
+}
