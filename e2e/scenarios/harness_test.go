@@ -31,7 +31,7 @@ import (
 
 const (
 	// scenarioTimeout bounds one scenario, clean-up excluded.
-	scenarioTimeout = 3 * time.Minute
+	scenarioTimeout = 6 * time.Minute
 	// rolloutTimeout bounds a whole pool update with the guardian's help.
 	rolloutTimeout = 150 * time.Second
 	// pollInterval paces every wait of the scenarios.
@@ -57,9 +57,10 @@ type scenario struct {
 }
 
 // newScenario creates the namespace, the pool with nodes (named <pool>-<i>) and starts observing;
-// podSelector selects the model's pods. Everything is removed when the test ends; on failure the
+// podSelector selects the model's pods (or, with models, the pod selector of each of several models,
+// all of which must stay available). Everything is removed when the test ends; on failure the
 // timeline, the guardian logs and the MCO simulator's lines about the pool's nodes are logged first.
-func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector string) *scenario {
+func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector string, models ...string) *scenario {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
 	s := &scenario{t: t, ctx: ctx, kube: testBed.CP.Client(), name: name, ns: "e2e-" + name, pool: "e2e-" + name}
@@ -92,10 +93,11 @@ func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector s
 		t.Fatalf("creating namespace %s: %v", s.ns, err)
 	}
 	obs, err := demo.Observe(ctx, s.kube, testBed.CP.Dynamic(), testBed.MCFG, demo.Scope{
-		Namespace:    s.ns,
-		Pool:         s.pool,
-		NodeSelector: demo.PoolLabel + "=" + s.pool,
-		PodSelector:  podSelector,
+		Namespace:      s.ns,
+		Pool:           s.pool,
+		NodeSelector:   demo.PoolLabel + "=" + s.pool,
+		PodSelector:    podSelector,
+		ModelSelectors: models,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -385,14 +387,13 @@ func (s *scenario) deployment(name string) *appsv1.Deployment {
 	return d
 }
 
-// waitRestored waits until the object has no surge record and the pods of the model are back to
-// want, all Ready, and no pod of the model is left on a node.
-func (s *scenario) waitRestored(hasRecord func() (bool, error), selector string, want int) {
+// waitRestored waits until the namespace has no Surge and the pods of the model are back to want,
+// all Ready.
+func (s *scenario) waitRestored(selector string, want int) {
 	s.t.Helper()
-	s.eventually(time.Minute, fmt.Sprintf("the surge record to be gone and the model back to %d replica(s)", want), func() (bool, error) {
-		rec, err := hasRecord()
-		if err != nil || rec {
-			return false, err
+	s.eventually(time.Minute, fmt.Sprintf("the Surge to be gone and the model back to %d replica(s)", want), func() (bool, error) {
+		if s.hasSurge() {
+			return false, nil
 		}
 		pods, err := s.kube.CoreV1().Pods(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
@@ -426,9 +427,26 @@ func specJSON(u *unstructured.Unstructured) string {
 	return string(b)
 }
 
-func hasSurgeRecord(annotations map[string]string) bool {
-	_, ok := annotations[demo.SurgeAnnotation]
-	return ok
+// hasSurge reports whether the scenario's namespace holds an active Surge: one in any phase but
+// Failed (a failed surge is already restored; its Surge is kept as the memory of the failure).
+func (s *scenario) hasSurge() bool {
+	s.t.Helper()
+	for _, sg := range s.surges() {
+		if phase, _, _ := unstructured.NestedString(sg.Object, "status", "phase"); phase != "Failed" {
+			return true
+		}
+	}
+	return false
+}
+
+// surges lists the Surges of the scenario's namespace.
+func (s *scenario) surges() []unstructured.Unstructured {
+	s.t.Helper()
+	list, err := testBed.CP.Dynamic().Resource(demo.Surges).Namespace(s.ns).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.fatalf("listing Surges: %v", err)
+	}
+	return list.Items
 }
 
 // evict asks the Eviction API to evict the pod.

@@ -59,7 +59,7 @@ func TestMetricsOverTLSWithAuthorization(t *testing.T) {
 	s.obs.StartSampling()
 	s.updatePool()
 	s.waitPoolUpdated()
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deployment("model").Annotations), nil }, selectorOf(modelLabels), 1)
+	s.waitRestored(selectorOf(modelLabels), 1)
 	s.assertAvailable()
 
 	code, body := scrape(prometheus)

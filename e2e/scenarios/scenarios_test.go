@@ -92,7 +92,7 @@ func TestControlWithoutGuardian(t *testing.T) {
 		}
 		return nil
 	})
-	if d := s.deployment("model"); *d.Spec.Replicas != 1 || hasSurgeRecord(d.Annotations) {
+	if d := s.deployment("model"); *d.Spec.Replicas != 1 || s.hasSurge() {
 		t.Errorf("without a guardian the deployment changed: replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
 	}
 	s.assertAvailable()
@@ -108,7 +108,7 @@ func TestDeployment(t *testing.T) {
 	s.updatePool()
 	took := s.waitPoolUpdated()
 	t.Logf("pool update took %v", took.Round(100*time.Millisecond))
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deployment("model").Annotations), nil }, selectorOf(modelLabels), 1)
+	s.waitRestored(selectorOf(modelLabels), 1)
 	s.assertAvailable()
 	if d := s.deployment("model"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("deployment replicas %v after restore, want 1", d.Spec.Replicas)
@@ -136,9 +136,7 @@ func testInferenceService(t *testing.T, name, class string) {
 	s.updatePool()
 	took := s.waitPoolUpdated()
 	t.Logf("pool update took %v", took.Round(100*time.Millisecond))
-	s.waitRestored(func() (bool, error) {
-		return hasSurgeRecord(s.getUnstructured(demo.InferenceServices, isvc).GetAnnotations()), nil
-	}, selectorOf(app), 1)
+	s.waitRestored(selectorOf(app), 1)
 	s.assertAvailable()
 	if after := specJSON(s.getUnstructured(demo.InferenceServices, isvc)); after != before {
 		t.Errorf("InferenceService spec not restored:\nbefore %s\nafter  %s", before, after)
@@ -158,16 +156,12 @@ func TestInferenceServiceHPA(t *testing.T) { testInferenceService(t, "isvc-hpa",
 // Deployment and reverts any other value, so only a surge of the InferenceService itself holds.
 func TestInferenceServiceNone(t *testing.T) { testInferenceService(t, "isvc-none", "none") }
 
-// waitSurged waits until the object get returns carries a surge record.
-func (s *scenario) waitSurged(what string, annotations func() map[string]string) {
+// waitSurged waits until the guardian has created a Surge in the scenario's namespace.
+func (s *scenario) waitSurged(what string) {
 	s.t.Helper()
 	s.eventually(time.Minute, "the guardian to surge "+what, func() (bool, error) {
-		return hasSurgeRecord(annotations()), nil
+		return s.hasSurge(), nil
 	})
-}
-
-func (s *scenario) deploymentAnnotations() map[string]string {
-	return s.deployment("model").Annotations
 }
 
 // TestNoFreeGPU: every other node's GPU is taken, so a replacement cannot run anywhere. The
@@ -209,7 +203,7 @@ func TestNoFreeGPU(t *testing.T) {
 // checks it stayed available throughout.
 func (s *scenario) assertRestoredOnce() {
 	s.t.Helper()
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(s.deploymentAnnotations()), nil }, selectorOf(modelLabels), 1)
+	s.waitRestored(selectorOf(modelLabels), 1)
 	s.assertAvailable()
 	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
 		s.t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
@@ -224,7 +218,7 @@ func (s *scenario) assertReportedNotSurged(reason string) {
 	s.t.Helper()
 	s.waitEvent(time.Minute, reason, corev1.EventTypeWarning)
 	s.holds(5*time.Second, "the deployment is not surged", func() error {
-		if d := s.deployment("model"); *d.Spec.Replicas != 1 || hasSurgeRecord(d.Annotations) {
+		if d := s.deployment("model"); *d.Spec.Replicas != 1 || s.hasSurge() {
 			return fmt.Errorf("replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
 		}
 		return nil
@@ -271,16 +265,21 @@ func TestUnschedulableReplacementRolledBack(t *testing.T) {
 	s.startGuardian("--schedule-timeout=" + scheduleTimeout.String())
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitSurged("the deployment", s.deploymentAnnotations)
+	s.waitSurged("the deployment")
 	surged := time.Now()
 	s.waitEvent(scheduleTimeout+30*time.Second, "SurgeFailed", corev1.EventTypeWarning)
 	t.Logf("surge rolled back %v after it started (schedule timeout %v)", time.Since(surged).Round(100*time.Millisecond), scheduleTimeout)
-	s.eventually(30*time.Second, "the deployment back to 1 replica without a surge record", func() (bool, error) {
+	s.eventually(30*time.Second, "the deployment back to 1 replica, its Surge kept as Failed", func() (bool, error) {
 		d := s.deployment("model")
-		return *d.Spec.Replicas == 1 && !hasSurgeRecord(d.Annotations) && d.Status.Replicas == 1, nil
+		return *d.Spec.Replicas == 1 && !s.hasSurge() && d.Status.Replicas == 1, nil
 	})
+	if surges := s.surges(); len(surges) != 1 {
+		t.Errorf("%d Surges after the failure, want the one Failed Surge", len(surges))
+	} else if reason, _, _ := unstructured.NestedString(surges[0].Object, "status", "reason"); reason != "Unschedulable" {
+		t.Errorf("Failed Surge reason %q, want Unschedulable", reason)
+	}
 	s.holds(5*time.Second, "the guardian does not surge the same drain again", func() error {
-		if d := s.deployment("model"); *d.Spec.Replicas != 1 || hasSurgeRecord(d.Annotations) {
+		if d := s.deployment("model"); *d.Spec.Replicas != 1 || s.hasSurge() {
 			return fmt.Errorf("replicas %d, annotations %v", *d.Spec.Replicas, d.Annotations)
 		}
 		return nil
@@ -297,14 +296,14 @@ func TestExternalChangeKept(t *testing.T) {
 	s.startGuardian()
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitSurged("the deployment", s.deploymentAnnotations)
+	s.waitSurged("the deployment")
 	s.note("an operator scales the deployment to 3")
 	if _, err := s.kube.AppsV1().Deployments(s.ns).Patch(s.ctx, "model", types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{}); err != nil {
 		s.fatalf("scaling: %v", err)
 	}
 	s.waitPoolUpdated()
 	s.eventually(time.Minute, "the surge record to be gone", func() (bool, error) {
-		return !hasSurgeRecord(s.deploymentAnnotations()), nil
+		return !s.hasSurge(), nil
 	})
 	if d := s.deployment("model"); *d.Spec.Replicas != 3 {
 		t.Errorf("replicas %d after the surge ended, want the operator's 3", *d.Spec.Replicas)
@@ -335,7 +334,7 @@ func TestGuardianKilledMidSurge(t *testing.T) {
 	g := s.startGuardian()
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitSurged("the deployment", s.deploymentAnnotations)
+	s.waitSurged("the deployment")
 	s.note("SIGKILL guardian (pid %d)", g.Pid())
 	g.Kill()
 	s.startGuardian()
@@ -380,9 +379,7 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	s.obs.StartSampling()
 	s.updatePool()
 	s.waitPoolUpdated()
-	s.waitRestored(func() (bool, error) {
-		return hasSurgeRecord(s.getUnstructured(demo.LLMInferenceServices, name).GetAnnotations()), nil
-	}, selectorOf(app), 1)
+	s.waitRestored(selectorOf(app), 1)
 	s.assertAvailable()
 	after := s.getUnstructured(demo.LLMInferenceServices, name)
 	if _, found, _ := unstructured.NestedFieldNoCopy(after.Object, "spec", "replicas"); found {
@@ -437,7 +434,7 @@ func TestStatefulSet(t *testing.T) {
 	s.obs.StartSampling()
 	s.updatePool()
 	s.waitPoolUpdated()
-	s.waitRestored(func() (bool, error) { return hasSurgeRecord(get().Annotations), nil }, selectorOf(modelLabels), 1)
+	s.waitRestored(selectorOf(modelLabels), 1)
 	s.assertAvailable()
 	if got := get(); *got.Spec.Replicas != 1 {
 		t.Errorf("statefulset replicas %d after restore, want 1", *got.Spec.Replicas)
@@ -473,7 +470,7 @@ func TestLeaderKilled(t *testing.T) {
 	})
 	s.obs.StartSampling()
 	s.updatePool()
-	s.waitSurged("the deployment", s.deploymentAnnotations)
+	s.waitSurged("the deployment")
 	s.note("SIGKILL the leader (pid %d)", leader.Pid())
 	leader.Kill()
 	if err := standby.WaitLeader(s.ctx, 30*time.Second); err != nil {

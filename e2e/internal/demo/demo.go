@@ -195,7 +195,11 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 				return false, nil
 			}
 			specAfter, _ = json.Marshal(cur.Object["spec"])
-			_, surged := cur.GetAnnotations()[SurgeAnnotation]
+			surges, err := tb.CP.Dynamic().Resource(Surges).Namespace(demoNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			surged := len(surges.Items) > 0
 			d, err := kube.AppsV1().Deployments(demoNamespace).Get(ctx, demoModel+"-predictor", metav1.GetOptions{})
 			if err != nil {
 				return false, nil

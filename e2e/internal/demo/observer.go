@@ -28,17 +28,16 @@ import (
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
 )
 
-// Annotations and resources the observer reads.
+// Timing of the observer.
 const (
-	// SurgeAnnotation is drain-guardian's surge record on the object it scaled.
-	SurgeAnnotation = "drain-guardian.io/surge"
 	// SampleInterval is how often the observer counts the model's Ready pods. Every pod change is
 	// also counted when it arrives, so no unavailability between two samples goes unseen.
 	SampleInterval = 100 * time.Millisecond
 )
 
-// Resources of the KServe kinds.
+// Resources of the KServe kinds and of drain-guardian's Surge.
 var (
+	Surges               = schema.GroupVersionResource{Group: "drain-guardian.io", Version: "v1alpha1", Resource: "surges"}
 	InferenceServices    = schema.GroupVersionResource{Group: "serving.kserve.io", Version: "v1beta1", Resource: "inferenceservices"}
 	LLMInferenceServices = schema.GroupVersionResource{Group: "serving.kserve.io", Version: "v1alpha2", Resource: "llminferenceservices"}
 )
@@ -53,6 +52,10 @@ type Scope struct {
 	NodeSelector string
 	// PodSelector selects the model's pods, whose Ready count is sampled.
 	PodSelector string
+	// ModelSelectors, when set, select the pods of each of several models (label selector syntax):
+	// the sampled count is then the lowest Ready count of any model, so an observation counts as
+	// available only when every model has a Ready pod. PodSelector is then ignored.
+	ModelSelectors []string
 }
 
 // Entry is one line of the timeline.
@@ -100,6 +103,7 @@ type Observer struct {
 	start       time.Time
 	live        func(Entry)
 	podSelector labels.Selector
+	models      []labels.Selector
 	pods        corelisters.PodLister
 
 	mu       sync.Mutex
@@ -123,6 +127,13 @@ func Observe(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 		scope: scope, start: time.Now(), live: live, podSelector: podSel,
 		last: map[string]string{}, nodes: map[string]bool{},
 	}
+	for _, m := range scope.ModelSelectors {
+		sel, err := labels.Parse(m)
+		if err != nil {
+			return nil, fmt.Errorf("model selector %q: %w", m, err)
+		}
+		o.models = append(o.models, sel)
+	}
 
 	nsInf := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(scope.Namespace))
 	nodeInf := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -144,11 +155,11 @@ func Observe(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 	add(podInf.Informer(), o.handler("pod", func(obj any) string { return podSummary(obj.(*corev1.Pod)) }, true))
 	add(nsInf.Apps().V1().Deployments().Informer(), o.handler("deployment", func(obj any) string {
 		d := obj.(*appsv1.Deployment)
-		return replicaSummary(d.Spec.Replicas, d.Status.ReadyReplicas, d.Annotations)
+		return replicaSummary(d.Spec.Replicas, d.Status.ReadyReplicas)
 	}, false))
 	add(nsInf.Apps().V1().StatefulSets().Informer(), o.handler("statefulset", func(obj any) string {
 		s := obj.(*appsv1.StatefulSet)
-		return replicaSummary(s.Spec.Replicas, s.Status.ReadyReplicas, s.Annotations)
+		return replicaSummary(s.Spec.Replicas, s.Status.ReadyReplicas)
 	}, false))
 	add(nodeInf.Core().V1().Nodes().Informer(), o.handler("node", func(obj any) string {
 		n := obj.(*corev1.Node)
@@ -163,6 +174,9 @@ func Observe(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 	}, false))
 	add(dynInf.ForResource(LLMInferenceServices).Informer(), o.handler("LLMInferenceService", func(obj any) string {
 		return kserveSummary(obj.(*unstructured.Unstructured), "spec")
+	}, false))
+	add(dynInf.ForResource(Surges).Informer(), o.handler("Surge", func(obj any) string {
+		return SurgeSummary(obj.(*unstructured.Unstructured))
 	}, false))
 	add(nsInf.Core().V1().Events().Informer(), o.eventHandler(func(*corev1.Event) bool { return true }))
 	add(mcoEventInf.Core().V1().Events().Informer(), o.eventHandler(func(e *corev1.Event) bool {
@@ -236,9 +250,23 @@ func (o *Observer) FormatTimeline() string {
 	return b.String()
 }
 
-// ReadyPods counts the model's Ready pods in the informer cache.
+// ReadyPods counts the model's Ready pods in the informer cache; with several models, the lowest
+// count of any of them.
 func (o *Observer) ReadyPods() int {
-	pods, err := o.pods.List(o.podSelector)
+	if len(o.models) == 0 {
+		return o.readyPods(o.podSelector)
+	}
+	lowest := -1
+	for _, sel := range o.models {
+		if n := o.readyPods(sel); lowest < 0 || n < lowest {
+			lowest = n
+		}
+	}
+	return lowest
+}
+
+func (o *Observer) readyPods(sel labels.Selector) int {
+	pods, err := o.pods.List(sel)
 	if err != nil {
 		return 0
 	}
@@ -404,14 +432,27 @@ func podSummary(p *corev1.Pod) string {
 	return where + ", " + state
 }
 
-func replicaSummary(replicas *int32, ready int32, annotations map[string]string) string {
+func replicaSummary(replicas *int32, ready int32) string {
 	spec := "unset"
 	if replicas != nil {
 		spec = fmt.Sprint(*replicas)
 	}
-	s := fmt.Sprintf("replicas %s, %d Ready", spec, ready)
-	if _, ok := annotations[SurgeAnnotation]; ok {
-		s += ", surge record present"
+	return fmt.Sprintf("replicas %s, %d Ready", spec, ready)
+}
+
+// SurgeSummary is one line of `oc get surges`: target, node, phase and reason.
+func SurgeSummary(u *unstructured.Unstructured) string {
+	kind, _, _ := unstructured.NestedString(u.Object, "spec", "target", "kind")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "target", "name")
+	node, _, _ := unstructured.NestedString(u.Object, "spec", "node")
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	reason, _, _ := unstructured.NestedString(u.Object, "status", "reason")
+	if phase == "" {
+		phase = "Pending"
+	}
+	s := fmt.Sprintf("%s/%s for node %s: phase %s", kind, name, node, phase)
+	if reason != "" {
+		s += " (" + reason + ")"
 	}
 	return s
 }
@@ -428,9 +469,6 @@ func kserveSummary(u *unstructured.Unstructured, path ...string) string {
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "replicas fields unset")
-	}
-	if _, ok := u.GetAnnotations()[SurgeAnnotation]; ok {
-		parts = append(parts, "surge record present")
 	}
 	return strings.Join(parts, ", ")
 }
