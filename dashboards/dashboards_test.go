@@ -232,6 +232,12 @@ func TestDashboardQueries(t *testing.T) {
 		"drain_guardian_unresolvable_blocked_pods",
 		"drain_guardian_evictions_total",
 		"drain_guardian_leader",
+		"drain_guardian_surges",
+		"drain_guardian_surge_extra_resources",
+		"drain_guardian_missing_capacity",
+		"drain_guardian_surge_held_seconds",
+		"drain_guardian_write_errors_total",
+		"drain_guardian_surges_rejected_total",
 	} {
 		if !used[family] {
 			t.Errorf("no panel shows %s", family)
