@@ -19,7 +19,7 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build generate verify-generate unit lint test-rules e2e test bench demo cluster-up cluster-down image clean
+.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -58,11 +58,23 @@ test-rules: ## promtool checks and unit tests of the alerting rules
 
 e2e: build ## End-to-end suite on a real local control plane (builds it once, minutes the first time)
 	cd e2e && $(GO) test $(E2E_FLAGS) ./...
+	@# The simulators against a control plane of their own: that KServe and the MCO write as the real
+	@# controllers do (build tag e2e_sim; run after the scenarios so that no two suites share the CPU).
+	cd e2e && $(GO) test $(E2E_FLAGS) -tags e2e_sim -run '^TestSimulator' ./internal/kservesim/ ./internal/mcosim/
 	@# One KServe simulator owns a cluster's LLMInferenceServices: the OpenShift AI 3.4+ meaning of an
 	@# absent replica count gets a run of its own.
 	cd e2e && E2E_LLM_NIL_KEEPS_COUNT=true $(GO) test $(E2E_FLAGS) -run '^TestLLMInferenceService' ./scenarios/
 
 test: lint unit test-rules e2e ## Everything CI runs: lint, unit tests, alert tests, end-to-end suite
+
+# The pool benchmark's model load time and MCO time scale; make bench-pool T_READY=40s TIME_SCALE=0.1.
+T_READY    ?= 20s
+TIME_SCALE ?= 0.1
+
+bench-pool: build ## Pool updates on the test bed under each restore policy vs two-replica models (minutes)
+	cd e2e && E2E_BENCH=1 E2E_BENCH_READY=$(T_READY) TIME_SCALE=$(TIME_SCALE) E2E_BENCH_OUT=$(CURDIR)/.cluster/bench-pool.md \
+		$(GO) test -v -count=1 -timeout 90m -run '^TestBenchPool$$' ./scenarios/
+	@echo "table written to .cluster/bench-pool.md"
 
 bench: ## Benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...

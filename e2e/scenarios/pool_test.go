@@ -20,10 +20,14 @@ import (
 // poolTimeout bounds a whole pool update of the pool scenarios: five nodes, four of them stalled.
 const poolTimeout = 4 * time.Minute
 
-// model is one single-replica model of a pool scenario.
+// model is one model of a pool scenario: single-replica unless replicas says otherwise.
 type model struct {
 	name string
 	kind string // Deployment, InferenceService or LLMInferenceService
+	// readyDelay is how long a new pod takes to turn Ready (loadingDelay when empty); replicas is
+	// the Deployment's count (1 when 0).
+	readyDelay string
+	replicas   int32
 }
 
 // selector selects the model's pods.
@@ -49,9 +53,14 @@ func selectors(models []model) []string {
 func (s *scenario) createModel(m model) {
 	s.t.Helper()
 	dyn := testBed.CP.Dynamic()
+	delay := m.readyDelay
+	if delay == "" {
+		delay = loadingDelay
+	}
+	replicas := max(m.replicas, 1)
 	switch m.kind {
 	case "InferenceService":
-		obj := demo.InferenceService(s.ns, m.name, "hpa", s.pool, loadingDelay)
+		obj := demo.InferenceService(s.ns, m.name, "hpa", s.pool, delay)
 		if _, err := dyn.Resource(demo.InferenceServices).Namespace(s.ns).Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
 			s.fatalf("creating InferenceService %s: %v", m.name, err)
 		}
@@ -70,7 +79,7 @@ func (s *scenario) createModel(m model) {
 			"metadata":   map[string]any{"name": m.name, "namespace": s.ns},
 			"spec": map[string]any{
 				"model":       map[string]any{"uri": "hf://ibm-granite/granite-3.3-8b-instruct", "name": m.name},
-				"annotations": map[string]any{controlplane.ReadyDelayAnnotation: loadingDelay},
+				"annotations": map[string]any{controlplane.ReadyDelayAnnotation: delay},
 				"template":    template,
 			},
 		}}
@@ -84,10 +93,10 @@ func (s *scenario) createModel(m model) {
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: s.ns},
 			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To[int32](1),
+				Replicas: ptr.To(replicas),
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{controlplane.ReadyDelayAnnotation: loadingDelay}},
+					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{controlplane.ReadyDelayAnnotation: delay}},
 					Spec:       demo.ModelPodSpec(s.pool, labels),
 				},
 			},
@@ -95,7 +104,7 @@ func (s *scenario) createModel(m model) {
 		if _, err := s.kube.AppsV1().Deployments(s.ns).Create(s.ctx, d, metav1.CreateOptions{}); err != nil {
 			s.fatalf("creating deployment %s: %v", m.name, err)
 		}
-		s.waitModelReady(m.selector(), 1)
+		s.waitModelReady(m.selector(), int(replicas))
 		s.createModelPDB(demo.MinAvailablePDB(s.ns, m.name, labels))
 	}
 }
@@ -141,19 +150,19 @@ func (s *scenario) waitModelBack(m model) {
 
 // TestOneSpareGPUFourDeployments: four single-replica Deployments, one free GPU.
 func TestOneSpareGPUFourDeployments(t *testing.T) {
-	testOneSpareGPU(t, "spare-gpu", []model{{"m1", "Deployment"}, {"m2", "Deployment"}, {"m3", "Deployment"}, {"m4", "Deployment"}})
+	testOneSpareGPU(t, "spare-gpu", []model{{name: "m1", kind: "Deployment"}, {name: "m2", kind: "Deployment"}, {name: "m3", kind: "Deployment"}, {name: "m4", kind: "Deployment"}})
 }
 
 // TestOneSpareGPUMixedKinds: the same with a Deployment, an InferenceService, an LLMInferenceService
 // and another Deployment.
 func TestOneSpareGPUMixedKinds(t *testing.T) {
-	testOneSpareGPU(t, "spare-gpu-mixed", []model{{"d1", "Deployment"}, {"isvc1", "InferenceService"}, {"llm1", "LLMInferenceService"}, {"d2", "Deployment"}})
+	testOneSpareGPU(t, "spare-gpu-mixed", []model{{name: "d1", kind: "Deployment"}, {name: "isvc1", kind: "InferenceService"}, {name: "llm1", kind: "LLMInferenceService"}, {name: "d2", kind: "Deployment"}})
 }
 
 // TestNoSpareGPU: four one-GPU nodes, four models: no replacement can run anywhere. Nothing is
 // surged, the stall is reported as NoCapacity with what is missing, and nothing is changed.
 func TestNoSpareGPU(t *testing.T) {
-	models := []model{{"m1", "Deployment"}, {"m2", "Deployment"}, {"m3", "Deployment"}, {"m4", "Deployment"}}
+	models := []model{{name: "m1", kind: "Deployment"}, {name: "m2", kind: "Deployment"}, {name: "m3", kind: "Deployment"}, {name: "m4", kind: "Deployment"}}
 	s := newScenario(t, "no-spare-gpu", gpuNodes(4, 1), "", selectors(models)...)
 	for _, m := range models {
 		s.createModel(m)

@@ -120,3 +120,62 @@ func (s *scenario) tenantChecks(tenant dynamic.Interface, surge *unstructured.Un
 		s.t.Errorf("tenant deleting a Surge: %v, want Forbidden", err)
 	}
 }
+
+// TestGuardianKilledInEveryPhase: the guardian is SIGKILLed the first time the Surge is seen in each
+// phase, and a new process takes over every time. With --evict=false the replacement stays Ready
+// until the MCO's own next drain attempt, and with --restore=pool the surge stays Resolved until the
+// pool is Updated, so Surged, Ready and Resolved each last long enough to be hit; Pending and Restoring last one write and are hit when the timing allows (the unit tests crash
+// between every pair of writes). The surge must still happen exactly once, never go above two
+// replicas, keep the model available, and end restored with no Surge left.
+func TestGuardianKilledInEveryPhase(t *testing.T) {
+	s := newScenario(t, "killed-phases", gpuNodes(3, 1), selectorOf(modelLabels))
+	s.createDeployment("8s")
+	flags := []string{"--evict=false", "--restore=pool"}
+	g := s.startGuardian(flags...)
+	s.obs.StartSampling()
+	s.updatePool()
+	killed := map[string]bool{}
+	var peak int32
+	s.eventually(rolloutTimeout, "the pool update to finish while the guardian is killed in every phase", func() (bool, error) {
+		items := s.surges()
+		if len(items) > 1 {
+			s.fatalf("%d Surges for one workload", len(items))
+		}
+		peak = max(peak, *s.deployment("model").Spec.Replicas)
+		if len(items) == 1 {
+			phase, _, _ := unstructured.NestedString(items[0].Object, "status", "phase")
+			if phase == "" {
+				phase = "Pending"
+			}
+			if !killed[phase] {
+				killed[phase] = true
+				s.note("SIGKILL guardian (pid %d) with the Surge in phase %s", g.Pid(), phase)
+				g.Kill()
+				g = s.startGuardian(flags...)
+			}
+		}
+		p, err := testBed.Pool(s.ctx, s.pool)
+		if err != nil {
+			return false, nil
+		}
+		return len(items) == 0 && p.Spec.Configuration.Name == nextConfig && p.Status.Configuration.Name == nextConfig &&
+			int(p.Status.UpdatedMachineCount) == len(s.nodes), nil
+	})
+	t.Logf("guardian killed in phases %v", killed)
+	for _, want := range []string{"Surged", "Ready", "Resolved"} {
+		if !killed[want] {
+			t.Errorf("the guardian was never killed in phase %s (killed in %v)", want, killed)
+		}
+	}
+	if peak != 2 {
+		t.Errorf("replicas peaked at %d, want exactly one surge to 2", peak)
+	}
+	// The MCO evicts the blocked pod (--evict=false): no PodEvicted Event of the guardian's.
+	s.waitRestored(selectorOf(modelLabels), 1)
+	s.assertAvailable()
+	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
+		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
+	}
+	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
+	s.requireSingleSurge()
+}
