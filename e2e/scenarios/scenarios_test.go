@@ -144,7 +144,9 @@ func testInferenceService(t *testing.T, name, class string) {
 	if d := s.deployment(isvc + "-predictor"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("predictor replicas %v after restore, want 1", d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "ReplacementReady", "PodEvicted", "SurgeRestored")
+	// Who evicts the blocked pod, the guardian or the MCO's next drain attempt (every 250 ms at this
+	// time scale), is a race once the replacement is Ready; either way the drain went through.
+	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
 	s.forbidEvents("SurgeFailed", "ExternalChange")
 }
 

@@ -148,6 +148,20 @@ func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
 	return out
 }
 
+// StatusBehind reports whether the PDB's status counts fewer healthy pods than are Ready now among
+// selected (the namespace's pods the PDB selects): the disruption controller has not caught up with a
+// pod that just turned Ready, and the budget is about to allow a disruption. A stall seen then is
+// stale; acting on it would surge a workload whose drain is about to go through.
+func StatusBehind(pdb *policyv1.PodDisruptionBudget, selected []*corev1.Pod) bool {
+	var healthy int32
+	for _, p := range selected {
+		if p.DeletionTimestamp == nil && PodReady(p) {
+			healthy++
+		}
+	}
+	return healthy > pdb.Status.CurrentHealthy
+}
+
 // SurgeNeeded returns how many healthy replicas must be added for pdb to allow one disruption, or the
 // reason no number of added replicas can.
 func SurgeNeeded(pdb *policyv1.PodDisruptionBudget) (int32, string) {

@@ -254,3 +254,31 @@ func pdb(name string, allowed, currentHealthy, desiredHealthy int32) *policyv1.P
 		},
 	}
 }
+
+func TestStatusBehind(t *testing.T) {
+	ready := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	notReady := ready("loading")
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	leaving := ready("leaving")
+	leaving.DeletionTimestamp = &metav1.Time{}
+	pdb := &policyv1.PodDisruptionBudget{Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 1}}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want bool
+	}{
+		{"status counts every Ready pod", []*corev1.Pod{ready("a"), notReady}, false},
+		{"a second pod turned Ready since the status was written", []*corev1.Pod{ready("a"), ready("b")}, true},
+		{"a pod being deleted is not healthy", []*corev1.Pod{ready("a"), leaving}, false},
+		{"fewer Ready pods than the status says (a pod left): not behind, the budget only gets stricter", []*corev1.Pod{notReady}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StatusBehind(pdb, tc.pods); got != tc.want {
+				t.Fatalf("StatusBehind = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

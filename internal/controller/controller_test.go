@@ -706,3 +706,28 @@ func TestTwoBlockedPodsOfOneWorkloadAreOneSurge(t *testing.T) {
 		t.Fatalf("blocked_pods = %v, want both pods counted", v)
 	}
 }
+
+// A pod that just turned Ready is not counted yet by the PDB's status (the disruption controller lags
+// behind): the drain is about to go through, so the stale "0 allowed" is no stall. Seen on the test
+// bed when the MCO targeted the node of an HPA's second replica the moment it turned Ready.
+func TestStalePDBStatusIsNoStall(t *testing.T) {
+	h := newHarness(t, nil, stalled(modelPod("model-abc-b", "w2", true))...)
+	after := h.syncNode("w1")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("surged on a PDB status that lags behind its pods: %v", w)
+	}
+	if after <= 0 || after > 5*time.Second {
+		t.Fatalf("the node must be looked at again soon, got %v", after)
+	}
+	// The status catches up and says 1 allowed: nothing blocks.
+	p, _ := h.kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "model", metav1.GetOptions{})
+	p.Status.CurrentHealthy, p.Status.DisruptionsAllowed = 2, 1
+	if _, err := h.kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.syncNode("w1")
+	if w := h.writes(); len(w) != 1 || w[0] != "update poddisruptionbudgets/status" {
+		t.Fatalf("writes %v, want only the test's own status update", w)
+	}
+}

@@ -105,6 +105,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 			}
 			continue
 		}
+		if !b.MultiplePDBs && c.pdbStatusBehind(b.PDB) {
+			// The PDB's status lags a pod that just turned Ready: look again once it has caught up.
+			decided[owner] = ""
+			after = shorter(after, pdbLagRetry)
+			continue
+		}
 		retry, unresolvable, err := c.handleBlocked(ctx, stall{node: node, pool: stats.pool, drain: drain, Blocked: b})
 		decided[owner] = unresolvable
 		if unresolvable != "" {
@@ -113,12 +119,35 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if retry > 0 && (after == 0 || retry < after) {
-			after = retry
-		}
+		after = shorter(after, retry)
 	}
 	c.state.setNode(name, stats)
 	return after, errors.Join(errs...)
+}
+
+// pdbLagRetry is how soon a node is looked at again when a PDB's status lags behind its pods; the
+// PDB's own update re-examines it sooner.
+const pdbLagRetry = 2 * time.Second
+
+// shorter returns the shorter of two requeue delays, where 0 means none.
+func shorter(a, b time.Duration) time.Duration {
+	if b > 0 && (a == 0 || b < a) {
+		return b
+	}
+	return a
+}
+
+// pdbStatusBehind reports whether the PDB's status counts fewer healthy pods than the cache holds.
+func (c *Controller) pdbStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		return false
+	}
+	pods, err := c.pods.Pods(pdb.Namespace).List(sel)
+	if err != nil {
+		return false
+	}
+	return blocking.StatusBehind(pdb, pods)
 }
 
 // poolFor returns the node's MachineConfigPool, or nil (no pool, or MCO detection off).

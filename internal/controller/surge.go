@@ -289,6 +289,9 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 		c.metrics.ReplacementReady.WithLabelValues(kind).Observe(took.Seconds())
 		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
 			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
+		if a.EvictNow {
+			return c.evict(ctx, eref, s, sc.pods)
+		}
 		return 0, nil
 	case guardian.ActEvict:
 		return c.evict(ctx, eref, s, sc.pods)

@@ -101,6 +101,9 @@ type Action struct {
 	Failed bool
 	// RemoveExplicit, on RestoreFields, removes fields left at their explicit count by the first step.
 	RemoveExplicit bool
+	// EvictNow, on MarkReady, evicts the blocked pods right after the write: the node is being drained
+	// and every second the pod stays there is a second until the MCO's next attempt can succeed.
+	EvictNow bool
 	// After is when to look again if nothing changes before.
 	After time.Duration
 }
@@ -127,7 +130,7 @@ func Decide(cfg Config, o Observation) Action {
 	switch s.PhaseOf() {
 	case v1alpha1.PhaseSurged:
 		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
-			return Action{Kind: ActMarkReady}
+			return Action{Kind: ActMarkReady, EvictNow: cfg.Evict && o.LiveOnNode > 0 && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node)}
 		}
 		if o.UnschedulableSince != nil {
 			stuck := o.Now.Sub(*o.UnschedulableSince)

@@ -194,6 +194,18 @@ func surgedCases() []decideCase {
 			name: "replacement Ready", phase: surged,
 			surge: func(s *v1alpha1.Surge) { s.Spec.ReadyBefore = 1 },
 			obs:   func(o *Observation) { o.ReadyElsewhere = 2 },
+			// The node is under MCO drain: evict in the same sync, before the MCO's next attempt.
+			want: Action{Kind: ActMarkReady, EvictNow: true},
+		},
+		{
+			name: "replacement Ready, eviction disabled", phase: surged, cfg: func(c *Config) { c.Evict = false },
+			obs:  func(o *Observation) { o.ReadyElsewhere = 1 },
+			want: Action{Kind: ActMarkReady},
+		},
+		{
+			name: "replacement Ready, node only targeted: no eviction yet", phase: surged,
+			surge: func(s *v1alpha1.Surge) { s.Spec.Trigger = string(TriggerMCOTargeted) },
+			obs:   func(o *Observation) { o.ReadyElsewhere = 1; o.Node = targetedNode() },
 			want:  Action{Kind: ActMarkReady},
 		},
 		{
@@ -205,7 +217,7 @@ func surgedCases() []decideCase {
 		{
 			name: "Ready replacement wins over another pod stuck Unschedulable", phase: surged,
 			obs:  func(o *Observation) { o.ReadyElsewhere = 1; o.UnschedulableSince = ptrTime(now.Add(-10 * minute)) },
-			want: Action{Kind: ActMarkReady},
+			want: Action{Kind: ActMarkReady, EvictNow: true},
 		},
 		{
 			name: "replacement Unschedulable past the schedule timeout", phase: surged,
