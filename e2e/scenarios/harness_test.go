@@ -236,15 +236,21 @@ func (s *scenario) holds(d time.Duration, what string, cond func() error) {
 // controller has counted one healthy pod and allows no disruption.
 func (s *scenario) createModelPDB(pdb *policyv1.PodDisruptionBudget) {
 	s.t.Helper()
+	s.createPDBAllowing(pdb, 0)
+}
+
+// createPDBAllowing creates the PDB and waits until its status allows exactly allowed disruptions.
+func (s *scenario) createPDBAllowing(pdb *policyv1.PodDisruptionBudget, allowed int32) {
+	s.t.Helper()
 	if _, err := s.kube.PolicyV1().PodDisruptionBudgets(s.ns).Create(s.ctx, pdb, metav1.CreateOptions{}); err != nil {
 		s.fatalf("creating PDB: %v", err)
 	}
-	s.eventually(time.Minute, "PDB "+pdb.Name+" to allow no disruption", func() (bool, error) {
+	s.eventually(time.Minute, fmt.Sprintf("PDB %s to allow %d disruption(s)", pdb.Name, allowed), func() (bool, error) {
 		p, err := s.kube.PolicyV1().PodDisruptionBudgets(s.ns).Get(s.ctx, pdb.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		return p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy >= 1 && p.Status.DisruptionsAllowed == 0, nil
+		return p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy >= 1 && p.Status.DisruptionsAllowed == allowed, nil
 	})
 }
 

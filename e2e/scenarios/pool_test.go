@@ -105,7 +105,8 @@ func (s *scenario) createModel(m model) {
 			s.fatalf("creating deployment %s: %v", m.name, err)
 		}
 		s.waitModelReady(m.selector(), int(replicas))
-		s.createModelPDB(demo.MinAvailablePDB(s.ns, m.name, labels))
+		// minAvailable 1: a single replica blocks every eviction, two allow one.
+		s.createPDBAllowing(demo.MinAvailablePDB(s.ns, m.name, labels), replicas-1)
 	}
 }
 
