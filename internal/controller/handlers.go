@@ -14,7 +14,8 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
-// onNode re-examines the node and every Surge made for it.
+// onNode re-examines the node and every Surge made for it, and the stalls deferred for capacity: a
+// node coming back from its reboot, schedulable and Ready, brings its capacity with it.
 func (c *Controller) onNode(obj any) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
@@ -22,6 +23,12 @@ func (c *Controller) onNode(obj any) {
 	}
 	c.enqueueNode(n.Name)
 	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
+	c.enqueuePredicted(n)
+	if !n.Spec.Unschedulable {
+		for _, w := range c.state.wantingNodes() {
+			c.enqueueNode(w)
+		}
+	}
 }
 
 // podHandler is onPod for every event, and on a deletion also re-examines the stalls deferred for

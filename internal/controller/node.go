@@ -53,7 +53,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	} else {
 		c.state.forgetCordon(name)
 	}
-	drain := guardian.NodeTrigger(c.cfg, node, pool, now, seen)
+	drain := guardian.NodeTrigger(c.cfg, node, pool, c.predicted(node, pool), now, seen)
 	if drain.Trigger == "" {
 		c.state.setNode(name, nil)
 		return drain.RecheckAfter, nil
@@ -94,7 +94,10 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		if !c.inScope(b.Pod.Namespace) {
 			continue
 		}
-		stats.blocked++
+		if drain.Trigger != guardian.TriggerMCOPredicted {
+			// A predicted node blocks nothing yet.
+			stats.blocked++
+		}
 		var owner types.UID
 		if ctrl := metav1.GetControllerOf(b.Pod); ctrl != nil {
 			owner = ctrl.UID
@@ -152,14 +155,32 @@ func (c *Controller) pdbStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
 
 // poolFor returns the node's MachineConfigPool, or nil (no pool, or MCO detection off).
 func (c *Controller) poolFor(node *corev1.Node) *mcfgv1.MachineConfigPool {
-	if c.pools == nil {
-		return nil
+	return c.newPoolLookup().of(node)
+}
+
+// poolLookup finds nodes' pools from one listing of the pools, each node's at most once: a sync
+// that looks at many nodes lists the pools once.
+type poolLookup struct {
+	pools  []*mcfgv1.MachineConfigPool
+	byNode map[string]*mcfgv1.MachineConfigPool
+}
+
+func (c *Controller) newPoolLookup() *poolLookup {
+	l := &poolLookup{byNode: map[string]*mcfgv1.MachineConfigPool{}}
+	if c.pools != nil {
+		l.pools, _ = c.pools.List(labels.Everything())
 	}
-	pools, err := c.pools.List(labels.Everything())
-	if err != nil {
-		return nil
+	return l
+}
+
+// of returns the node's pool, or nil.
+func (l *poolLookup) of(node *corev1.Node) *mcfgv1.MachineConfigPool {
+	p, ok := l.byNode[node.Name]
+	if !ok {
+		p = mco.PoolForNode(node, l.pools)
+		l.byNode[node.Name] = p
 	}
-	return mco.PoolForNode(node, pools)
+	return p
 }
 
 // inScope applies --namespace-selector and the namespace opt-out annotation.
@@ -251,6 +272,15 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 	if err != nil {
 		return 0, "", err
 	}
+	if st.drain.Trigger == guardian.TriggerMCOPredicted && !c.lookaheadFits(st, int(delta)) {
+		// Looking ahead is only for spare capacity: the stalls being served come first.
+		if c.state.once(node.Name, st.key(lookaheadSkipped)) {
+			c.metrics.Lookahead.WithLabelValues(lookaheadSkipped).Inc()
+			c.log.Info("not surging ahead: no spare capacity after the stalls being served",
+				zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node.Name))
+		}
+		return deferRetry, "", nil
+	}
 	if placed, missing := blocking.Fit(pod, int(delta), c.pendingReplacements(), c.candidates()); placed < int(delta) {
 		// Capacity may free up (a held surge restored, a node joining): look again later. Meanwhile
 		// surges of the pool whose survivors are safe give their capacity back (see guardian.finished).
@@ -292,7 +322,16 @@ func (c *Controller) startSurge(ctx context.Context, st stall, s *v1alpha1.Surge
 	ref, kind := obj.ObjectReference(), string(obj.Ref.Kind)
 	c.surgeMu.Lock()
 	defer c.surgeMu.Unlock()
-	if active := c.inFlight(); active >= c.opts.MaxConcurrentSurge {
+	lookahead := st.drain.Trigger == guardian.TriggerMCOPredicted
+	active := c.inFlight()
+	if lookahead && active+1 >= c.opts.MaxConcurrentSurge {
+		// A look-ahead surge never takes the last slot: it stays for a stall that blocks a drain.
+		if c.state.once(node.Name, st.key(lookaheadSkipped)) {
+			c.metrics.Lookahead.WithLabelValues(lookaheadSkipped).Inc()
+		}
+		return deferRetry, "", nil
+	}
+	if active >= c.opts.MaxConcurrentSurge {
 		if c.state.once(node.Name, st.key(ReasonSurgeDeferred)) {
 			c.event(ref, corev1.EventTypeNormal, ReasonSurgeDeferred, actionSurge,
 				"Pod %s blocks the drain of node %s; %d stalls are being served (--max-concurrent-surges=%d): waiting",
@@ -307,8 +346,11 @@ func (c *Controller) startSurge(ctx context.Context, st stall, s *v1alpha1.Surge
 	s.Spec.ReadyBefore = readyElsewhere(pods, node.Name)
 	s.Spec.StartTime = metav1.NewTime(c.clock.Now())
 	detected, verb := ReasonStallDetected, "blocks the drain of"
-	if st.drain.Trigger == guardian.TriggerMCOTargeted {
+	switch st.drain.Trigger {
+	case guardian.TriggerMCOTargeted:
 		detected, verb = ReasonStallPredicted, "would block the coming drain of"
+	case guardian.TriggerMCOPredicted:
+		detected, verb = ReasonStallPredicted, "would block the drain of the MCO's next target,"
 	}
 	change := describeFields(s.Spec.Fields)
 	if c.opts.DryRun {
@@ -327,6 +369,9 @@ func (c *Controller) startSurge(ctx context.Context, st stall, s *v1alpha1.Surge
 	}
 	c.state.created(s)
 	c.metrics.StallsDetected.WithLabelValues(st.pool, kind, string(st.drain.Trigger)).Inc()
+	if lookahead {
+		c.metrics.Lookahead.WithLabelValues(lookaheadSurged).Inc()
+	}
 	c.event(ref, corev1.EventTypeNormal, detected, actionDetect,
 		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, verb, node.Name, st.PDB.Name)
 	c.event(ref, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
@@ -354,10 +399,20 @@ func (c *Controller) pendingReplacements() []*corev1.Pod {
 			continue
 		}
 		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
+		live := 0
 		for _, p := range pods {
-			if p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !blocking.Skip(p) {
+			if blocking.Skip(p) {
+				continue
+			}
+			live++
+			if p.Spec.NodeName == "" {
 				out = append(out, p)
 			}
+		}
+		// Replicas the surge asks for that the pod owner has not created yet (a Pending Surge, or
+		// a ReplicaSet not caught up) are coming too.
+		for i := live; i < int(s.Spec.Replicas+s.Spec.Delta) && len(pods) > 0; i++ {
+			out = append(out, unscheduledCopy(pods[0]))
 		}
 	}
 	return out

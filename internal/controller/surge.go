@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
@@ -177,16 +179,18 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	s := sc.s
 	now := c.clock.Now()
 	obs := guardian.Observation{Now: now, Surge: s, Fields: workload.States(sc.obj, s.Spec.Fields), PodOwnerGone: sc.owner == nil}
+	pools := c.newPoolLookup()
 	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
 		obs.Node = n
-		obs.CurrentDrain = c.nodeDrain(n, now).Drain
+		pool := pools.of(n)
+		obs.CurrentDrain = c.nodeDrain(n, pool, c.predicted(n, pool), now).Drain
 	}
 	if s.Spec.Pool != "" && c.pools != nil {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
 	}
 	obs.CapacityWanted = c.state.capacityWanted(s.Spec.Pool)
 	observePods(&obs, sc.pods, s.Spec.Node)
-	obs.ReadyOnSafeNodes = c.readyOnSafeNodes(s, sc.pods)
+	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
 			if f.ExplicitBeforeRemove != nil {
@@ -198,20 +202,20 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	return obs
 }
 
-// nodeDrain is NodeTrigger's answer for the node now.
-func (c *Controller) nodeDrain(n *corev1.Node, now time.Time) guardian.NodeDrain {
+// nodeDrain is NodeTrigger's answer for the node, of the given pool, now.
+func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now time.Time) guardian.NodeDrain {
 	var seen time.Time
 	if n.Spec.Unschedulable {
 		seen = c.state.firstCordonSeen(n.Name, now)
 	}
-	return guardian.NodeTrigger(c.cfg, n, c.poolFor(n), now, seen)
+	return guardian.NodeTrigger(c.cfg, n, pool, predicted, now, seen)
 }
 
-// readyOnSafeNodes counts Ready pods, not being deleted, on nodes this update will not drain again.
-// A StatefulSet's scale-down removes its highest ordinals whatever their node, so only the pods that
-// survive the restore (ordinals below the original count) are counted for it.
-func (c *Controller) readyOnSafeNodes(s *v1alpha1.Surge, pods []*corev1.Pod) int32 {
-	var n int32
+// countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes
+// this update will not drain again (safe), and on schedulable nodes the MCO is not updating now
+// (survivors, a superset). A StatefulSet's scale-down removes its highest ordinals whatever their
+// node, so only ordinals below the original count are counted for it.
+func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*corev1.Pod, pools *poolLookup) (safe, survivors int32) {
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !blocking.PodReady(p) {
 			continue
@@ -221,11 +225,26 @@ func (c *Controller) readyOnSafeNodes(s *v1alpha1.Surge, pods []*corev1.Pod) int
 				continue
 			}
 		}
-		if node, err := c.nodes.Get(p.Spec.NodeName); err == nil && mco.WillNotDrain(node, c.poolFor(node)) {
-			n++
+		node, err := c.nodes.Get(p.Spec.NodeName)
+		if err != nil {
+			continue
+		}
+		if updatingNow(node) {
+			continue
+		}
+		survivors++
+		if mco.WillNotDrain(node, pools.of(node)) {
+			safe++
 		}
 	}
-	return n
+	return safe, survivors
+}
+
+// updatingNow reports whether the node is cordoned, or targeted or drained by the MCO: its pods are
+// about to leave.
+func updatingNow(n *corev1.Node) bool {
+	st := mco.ReadNode(n)
+	return n.Spec.Unschedulable || st.Targeted() || st.Draining()
 }
 
 // ordinal is a StatefulSet pod's ordinal: its apps.kubernetes.io/pod-index label, or the number its
@@ -300,6 +319,9 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			return 0, err
 		}
 		c.observeResolved(s, kind, obs.Now)
+		if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerMCOPredicted {
+			c.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
+		}
 		c.event(eref, corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
 			"No pod of this workload is left on node %s; the drain can proceed. The surge is held until %s", s.Spec.Node, c.holdUntil(s))
 		return 0, nil
@@ -362,6 +384,9 @@ func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian
 		if err := c.steerScaleDown(ctx, s, sc.pods); err != nil {
 			return err
 		}
+	}
+	if a.Reason == guardian.ReasonPredictionMissed {
+		c.metrics.Lookahead.WithLabelValues(lookaheadMissed).Inc()
 	}
 	if s.Status.ResolvedTime != nil {
 		c.metrics.SurgeHeld.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind).Observe(now.Sub(s.Status.ResolvedTime.Time).Seconds())
@@ -532,20 +557,24 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 	if len(live) <= surplus {
 		return nil
 	}
-	// Unscheduled pods go first, then pods on nodes the update will still drain, never the others.
+	// Unscheduled pods go first, then pods on nodes being updated now, then on nodes the update will
+	// still drain, never the others.
+	pools := c.newPoolLookup()
 	rank := func(p *corev1.Pod) int {
 		n, err := c.nodes.Get(p.Spec.NodeName)
 		switch {
 		case p.Spec.NodeName == "" || err != nil:
 			return 0
-		case !mco.WillNotDrain(n, c.poolFor(n)):
+		case updatingNow(n):
 			return 1
+		case !mco.WillNotDrain(n, pools.of(n)):
+			return 2
 		}
-		return 2
+		return rankSafe
 	}
 	sort.SliceStable(live, func(i, j int) bool { return rank(live[i]) < rank(live[j]) })
 	for _, p := range live[:surplus] {
-		if rank(p) == 2 || p.Annotations[deletionCostAnnotation] == leaveFirstCost {
+		if rank(p) == rankSafe || p.Annotations[deletionCostAnnotation] == leaveFirstCost {
 			continue
 		}
 		if err := c.exec.setDeletionCost(ctx, p, leaveFirstCost); err != nil && !errors.Is(err, errDryRun) {
@@ -554,6 +583,9 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 	}
 	return nil
 }
+
+// rankSafe is steerScaleDown's rank of a pod on a node this update will not drain again.
+const rankSafe = 3
 
 // surgeRef is the reference Events about a Surge itself are recorded against.
 func surgeRef(s *v1alpha1.Surge) *corev1.ObjectReference {

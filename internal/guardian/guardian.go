@@ -17,7 +17,7 @@ import (
 // Trigger says why a node is about to lose its pods.
 type Trigger string
 
-// The triggers. A future EvictionRequest or next-node prediction source adds a value here.
+// The triggers. A future EvictionRequest source adds a value here.
 const (
 	// TriggerMCODrain: the MCO drain controller is draining the node.
 	TriggerMCODrain Trigger = "MCODrain"
@@ -25,6 +25,9 @@ const (
 	TriggerMCOTargeted Trigger = "MCOTargeted"
 	// TriggerCordoned: the node has been cordoned for the grace period by someone other than the MCO.
 	TriggerCordoned Trigger = "Cordoned"
+	// TriggerMCOPredicted: the node is among the next --lookahead nodes the MCO will target
+	// (mco.PredictTargets): the replacement starts while the nodes before it drain and reboot.
+	TriggerMCOPredicted Trigger = "MCOPredicted"
 )
 
 // RestoreMode says when a surge that served its node is undone.
@@ -51,6 +54,8 @@ type Config struct {
 	ScheduleTimeout   time.Duration
 	ReadyTimeout      time.Duration
 	MaxSurgeDuration  time.Duration
+	// Lookahead is how many of the nodes the MCO will target next are surged ahead (0: none).
+	Lookahead int
 }
 
 // NodeDrain is the answer of NodeTrigger.
@@ -67,15 +72,22 @@ type NodeDrain struct {
 const unschedulableTaint = "node.kubernetes.io/unschedulable"
 
 // NodeTrigger decides whether node is being, or is about to be, drained. pool is the node's
-// MachineConfigPool (nil when it has none); cordonSeen is when this process first saw the node cordoned,
-// used when the unschedulable taint carries no time.
-func NodeTrigger(cfg Config, node *corev1.Node, pool *mcfgv1.MachineConfigPool, now, cordonSeen time.Time) NodeDrain {
+// MachineConfigPool (nil when it has none); predicted says the node is among the next --lookahead
+// nodes the MCO will target (see mco.PredictTargets); cordonSeen is when this process first saw the
+// node cordoned, used when the unschedulable taint carries no time.
+func NodeTrigger(cfg Config, node *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now, cordonSeen time.Time) NodeDrain {
 	s := mco.ReadNode(node)
 	if s.Draining() {
 		return NodeDrain{Trigger: TriggerMCODrain, Drain: strings.TrimPrefix(s.DesiredDrain, "drain-")}
 	}
-	if cfg.Preemptive && s.Targeted() && pool != nil && mco.PoolUpdating(pool) {
+	updating := pool != nil && mco.PoolUpdating(pool)
+	if cfg.Preemptive && s.Targeted() && updating {
 		return NodeDrain{Trigger: TriggerMCOTargeted, Drain: s.DesiredConfig}
+	}
+	if cfg.Lookahead > 0 && predicted && updating && pool.Spec.Configuration.Name != "" {
+		// The drain id is the config the node will update to: the same as the targeted node's and
+		// the drain's, so that one Surge follows the node from prediction to drain.
+		return NodeDrain{Trigger: TriggerMCOPredicted, Drain: pool.Spec.Configuration.Name}
 	}
 	if cfg.CordonedNodes && node.Spec.Unschedulable {
 		since := cordonSeen

@@ -37,13 +37,13 @@ func TestNodeTriggerDrainIsStableAcrossOneUpdate(t *testing.T) {
 		"rebooting": withDrain(targetedNode(), "drain-rendered-b", "drain-rendered-b"),
 	}
 	for name, n := range stages {
-		got := NodeTrigger(cfg, n, pool, now, time.Time{})
+		got := NodeTrigger(cfg, n, pool, false, now, time.Time{})
 		if got.Drain != "rendered-b" {
 			t.Errorf("%s: NodeTrigger().Drain = %q, want rendered-b", name, got.Drain)
 		}
 	}
 	// A node updated and uncordoned is under no drain any more.
-	if got := NodeTrigger(cfg, updatedNode(), pool, now, time.Time{}); got.Drain != "" || got.Trigger != "" {
+	if got := NodeTrigger(cfg, updatedNode(), pool, false, now, time.Time{}); got.Drain != "" || got.Trigger != "" {
 		t.Errorf("updated node: NodeTrigger() = %+v, want no drain", got)
 	}
 }
@@ -56,6 +56,7 @@ func TestNodeTrigger(t *testing.T) {
 		node       *corev1.Node
 		pool       *mcfgv1.MachineConfigPool
 		cordonSeen time.Time
+		predicted  bool
 		want       NodeDrain
 	}{
 		{
@@ -146,6 +147,42 @@ func TestNodeTrigger(t *testing.T) {
 			want:       NodeDrain{Trigger: TriggerCordoned, Drain: "cordon-2025-05-01T11:49:00Z"},
 		},
 		{
+			name: "predicted next target of an updating pool, look-ahead on",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: oldNode(), pool: updatingPool(), predicted: true,
+			want: NodeDrain{Trigger: TriggerMCOPredicted, Drain: "rendered-b"},
+		},
+		{
+			name: "predicted, look-ahead off",
+			node: oldNode(), pool: updatingPool(), predicted: true,
+			want: NodeDrain{},
+		},
+		{
+			name: "predicted but the pool is not updating",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: oldNode(), pool: updatedPool(), predicted: true,
+			want: NodeDrain{},
+		},
+		{
+			name: "not predicted, look-ahead on",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: oldNode(), pool: updatingPool(),
+			want: NodeDrain{},
+		},
+		{
+			// A drain or a target is the stronger signal: the same drain id, another trigger.
+			name: "predicted and draining",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: drainingNode(), pool: updatingPool(), predicted: true,
+			want: NodeDrain{Trigger: TriggerMCODrain, Drain: "rendered-b"},
+		},
+		{
+			name: "predicted and targeted, preemptive off: still surged ahead",
+			cfg:  func(c *Config) { c.Lookahead = 1; c.Preemptive = false },
+			node: targetedNode(), pool: updatingPool(), predicted: true,
+			want: NodeDrain{Trigger: TriggerMCOPredicted, Drain: "rendered-b"},
+		},
+		{
 			name: "schedulable node with cordoned nodes watched",
 			cfg:  func(c *Config) { c.CordonedNodes = true },
 			node: updatedNode(),
@@ -158,7 +195,7 @@ func TestNodeTrigger(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
 			}
-			if got := NodeTrigger(cfg, tt.node, tt.pool, now, tt.cordonSeen); got != tt.want {
+			if got := NodeTrigger(cfg, tt.node, tt.pool, tt.predicted, now, tt.cordonSeen); got != tt.want {
 				t.Errorf("NodeTrigger() = %+v, want %+v", got, tt.want)
 			}
 		})

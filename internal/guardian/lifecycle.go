@@ -32,6 +32,10 @@ type Observation struct {
 	// ReadyOnSafeNodes counts the workload's Ready pods, not being deleted, on nodes this update will
 	// not drain again (mco.WillNotDrain).
 	ReadyOnSafeNodes int32
+	// ReadySurvivors counts the workload's Ready pods, not being deleted, that a restore keeps (for a
+	// StatefulSet, ordinals below the original count) on schedulable nodes the MCO is not updating now:
+	// the pods that keep the workload available if the count goes back down at once.
+	ReadySurvivors int32
 	// UnschedulableSince is when the oldest Unschedulable pod of the workload became so, if any.
 	UnschedulableSince *time.Time
 	// CaughtUp: the pod owner runs exactly the explicit count of a two-step restore.
@@ -85,6 +89,9 @@ const (
 	ReasonUnsatisfiable  = "UnsatisfiablePDB"
 	ReasonUnsupported    = "UnsupportedOwner"
 	ReasonNoCapacity     = "NoCapacity"
+	// ReasonPredictionMissed: a look-ahead surge's node is no longer among the MCO's next targets
+	// (pool paused, order changed, target reverted) before its drain.
+	ReasonPredictionMissed = "PredictionMissed"
 )
 
 const (
@@ -218,11 +225,16 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	if reason, done := finished(cfg, o); done {
 		return Action{Kind: ActStartRestore, Reason: reason}, true
 	}
+	if Trigger(o.Surge.Spec.Trigger) == TriggerMCOPredicted && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain {
+		// The prediction did not come true while the pod is still there: nothing is blocked.
+		return Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed}, true
+	}
 	return Action{}, false
 }
 
 // beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, or the
-// stall came from a plain cordon. A node the MCO merely targeted is not evicted from before its drain.
+// stall came from a plain cordon. A node the MCO merely targeted, or is predicted to target, is not
+// evicted from before its drain.
 func beingDrained(s *v1alpha1.Surge, node *corev1.Node) bool {
 	return Trigger(s.Spec.Trigger) == TriggerCordoned || mco.ReadNode(node).Draining()
 }
@@ -238,11 +250,17 @@ func finished(cfg Config, o Observation) (string, bool) {
 	if Trigger(s.Spec.Trigger) == TriggerCordoned || s.Spec.Pool == "" {
 		return ReasonUncordoned, !o.Node.Spec.Unschedulable
 	}
-	survivorsSafe := s.PhaseOf() == v1alpha1.PhaseResolved && o.ReadyOnSafeNodes >= max(s.Spec.Replicas, 1)
+	resolved, want := s.PhaseOf() == v1alpha1.PhaseResolved, max(s.Spec.Replicas, 1)
 	switch {
-	case cfg.Restore == RestoreAuto && survivorsSafe:
+	case cfg.Restore == RestoreAuto && resolved && o.ReadyOnSafeNodes >= want:
 		return ReasonSurvivorsSafe, true
-	case o.CapacityWanted && survivorsSafe:
+	case o.CapacityWanted && resolved && o.ReadySurvivors >= want:
+		// Another stall of the pool waits for capacity: give it back as soon as the workload stays
+		// available without the extra replicas, even when a survivor sits on a node this update has
+		// still to drain. That node's stall is then surged again, on the capacity freed by the stall
+		// before it; holding instead would leave the waiting stall, and the pool, stuck. The replica
+		// the restore removes is typically the one still starting on the updated node (the
+		// ReplicaSet removes pods that are not Ready first), which gives the spare capacity back at once.
 		return ReasonCapacityNeeded, true
 	case cfg.Restore == RestoreNode:
 		// The node is done with its update, whichever config it ended on: the pool's target may have

@@ -41,6 +41,7 @@ func TestDecide(t *testing.T) {
 	cases = append(cases, resolvedCases()...)
 	cases = append(cases, restoringCases()...)
 	cases = append(cases, failedCases()...)
+	cases = append(cases, lookaheadCases()...)
 
 	seen := map[ActionKind]bool{}
 	for _, tt := range cases {
@@ -334,7 +335,10 @@ func readyCases() []decideCase {
 func resolvedCases() []decideCase {
 	resolved := v1alpha1.PhaseResolved
 	safe := func(n int32) func(*Observation) { return func(o *Observation) { o.ReadyOnSafeNodes = n } }
-	capacityWanted := func(o *Observation) { o.ReadyOnSafeNodes = 1; o.CapacityWanted = true }
+	capacityWanted := func(o *Observation) { o.ReadyOnSafeNodes, o.ReadySurvivors, o.CapacityWanted = 1, 1, true }
+	// survivorOnOldNode: the workload's only Ready pod runs on the spare node, which this update
+	// has still to drain; the replica on the updated node is still starting.
+	survivorOnOldNode := func(o *Observation) { o.ReadySurvivors, o.CapacityWanted = 1, true }
 	replicas := func(n int32) func(*v1alpha1.Surge) { return func(s *v1alpha1.Surge) { s.Spec.Replicas = n } }
 	return []decideCase{
 		// --restore=auto (the default).
@@ -393,9 +397,40 @@ func resolvedCases() []decideCase {
 			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
 		},
 		{
-			name: "pool: capacity wanted but survivors not safe: hold", phase: resolved, cfg: restore(RestorePool),
+			name: "pool: capacity wanted but no Ready survivor: hold", phase: resolved, cfg: restore(RestorePool),
 			obs:  func(o *Observation) { o.CapacityWanted = true },
 			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "pool: capacity wanted, survivor Ready on a node still to update: give it back", phase: resolved, cfg: restore(RestorePool),
+			obs:  survivorOnOldNode,
+			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
+		},
+		{
+			name: "auto: capacity wanted, survivor Ready on a node still to update: give it back", phase: resolved,
+			obs:  survivorOnOldNode,
+			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
+		},
+		{
+			name: "node: capacity wanted, node not back yet, survivor Ready elsewhere: give it back", phase: resolved, cfg: restore(RestoreNode),
+			obs:  survivorOnOldNode,
+			want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded},
+		},
+		{
+			name: "auto: capacity wanted, fewer survivors than the original count: hold", phase: resolved, surge: replicas(2),
+			obs:  survivorOnOldNode,
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "auto: survivor Ready on a node still to update, no stall waiting: hold", phase: resolved,
+			obs:  func(o *Observation) { o.ReadySurvivors = 1 },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			// Not Resolved yet: the blocked pod is still on the node; restoring would put it back in charge.
+			name: "auto: capacity wanted but the blocked pod has not left: evict, do not restore", phase: v1alpha1.PhaseReady,
+			obs:  func(o *Observation) { o.ReadySurvivors, o.CapacityWanted, o.LiveOnNode = 1, true, 1 },
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
 		},
 		{
 			name: "pool: pool deleted", phase: resolved, cfg: restore(RestorePool),
@@ -645,6 +680,9 @@ func TestFourSingleReplicaModelsOnFourNodes(t *testing.T) {
 			if mco.WillNotDrain(nodes[n], pool) {
 				o.ReadyOnSafeNodes++
 			}
+			if st := mco.ReadNode(nodes[n]); !nodes[n].Spec.Unschedulable && !st.Targeted() && !st.Draining() {
+				o.ReadySurvivors++
+			}
 		}
 		return o
 	}
@@ -701,6 +739,84 @@ func TestFourSingleReplicaModelsOnFourNodes(t *testing.T) {
 			t.Errorf("m1 Ready only on a node still to update: Decide() = %+v, want Wait", got)
 		}
 	})
+}
+
+// One spare GPU: five one-GPU nodes, four single-replica models on n1..n4, n5 free. n1's model was
+// surged onto n5 and its pod evicted from n1; n1 is updated and back, and the model's second replica
+// is starting there. n2's stall now waits for a GPU. Under every restore mode the held surge gives its
+// capacity back at once (the model stays available on n5, which will be surged again when its turn
+// comes); waiting for the replica on n1 to be Ready would cost the pool one model load per node.
+func TestOneSpareGPUHandsTheGPUOn(t *testing.T) {
+	n1, n5 := named(updatedNode(), "n1"), named(oldNode(), "n5")
+	o := Observation{
+		Now: now, Surge: modelSurge("n1", v1alpha1.PhaseResolved), Fields: []workload.FieldState{workload.FieldAtSet},
+		Node: n1, Pool: updatingPool(), ReadyElsewhere: 1,
+	}
+	if !mco.WillNotDrain(n1, o.Pool) || mco.WillNotDrain(n5, o.Pool) {
+		t.Fatal("test setup: n1 must be safe and n5 still to update")
+	}
+	// The controller counts the Ready pod on n5: schedulable, not targeted, survives a scale-down.
+	o.ReadySurvivors = 1
+	for _, mode := range []RestoreMode{RestoreAuto, RestorePool, RestoreNode} {
+		cfg := defaultConfig()
+		cfg.Restore = mode
+		if mode != RestoreNode {
+			if got := Decide(cfg, o); got.Kind != ActWait {
+				t.Errorf("%s, no stall waiting: Decide() = %+v, want Wait", mode, got)
+			}
+		}
+		wanting := o
+		wanting.CapacityWanted = true
+		if got := Decide(cfg, wanting); got.Kind != ActStartRestore || got.Reason != ReasonCapacityNeeded || got.Failed {
+			t.Errorf("%s, n2's stall waits for the GPU: Decide() = %+v, want StartRestore(%s)", mode, got, ReasonCapacityNeeded)
+		}
+	}
+}
+
+// lookaheadCases: a Surge made for a node the MCO was predicted to target next (spec.trigger
+// MCOPredicted). Its replacement is made Ready ahead, but nothing is evicted before the MCO drains the
+// node; a prediction that does not come true is undone.
+func lookaheadCases() []decideCase {
+	predicted := func(s *v1alpha1.Surge) { s.Spec.Trigger = string(TriggerMCOPredicted) }
+	// oldAndPredicted: the node still runs the old config; NodeTrigger still predicts it.
+	oldAndPredicted := func(o *Observation) { o.Node = oldNode(); o.CurrentDrain = "rendered-b" }
+	return []decideCase{
+		{
+			name: "predicted: replacement Ready ahead of the drain: mark Ready, do not evict", phase: v1alpha1.PhaseSurged, surge: predicted,
+			obs:  func(o *Observation) { oldAndPredicted(o); o.ReadyElsewhere = 1 },
+			want: Action{Kind: ActMarkReady},
+		},
+		{
+			name: "predicted: Ready, the MCO has not drained the node yet: wait", phase: v1alpha1.PhaseReady, surge: predicted,
+			obs:  oldAndPredicted,
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "predicted: Ready, the node is now being drained: evict", phase: v1alpha1.PhaseReady, surge: predicted,
+			want: Action{Kind: ActEvict, After: evictRetryPeriod},
+		},
+		{
+			name: "predicted: the node is no longer a next target (pool paused, order changed): restore", phase: v1alpha1.PhaseReady, surge: predicted,
+			obs:  func(o *Observation) { o.Node = oldNode(); o.CurrentDrain = "" },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed},
+		},
+		{
+			name: "predicted: missed while the replacement starts: restore", phase: v1alpha1.PhaseSurged, surge: predicted,
+			obs:  func(o *Observation) { o.Node = oldNode(); o.CurrentDrain = "" },
+			want: Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed},
+		},
+		{
+			// The drain happened: the pod is gone; what follows is a surge like any other.
+			name: "predicted: pod gone after the drain: resolved", phase: v1alpha1.PhaseReady, surge: predicted,
+			obs:  func(o *Observation) { o.LiveOnNode = 0; o.CurrentDrain = "" },
+			want: Action{Kind: ActMarkResolved},
+		},
+		{
+			name: "MCO drain trigger is not restored for a drain id mismatch", phase: v1alpha1.PhaseReady,
+			obs:  func(o *Observation) { o.Node = oldNode(); o.CurrentDrain = "" },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+	}
 }
 
 func testSurge(phase v1alpha1.Phase) *v1alpha1.Surge {

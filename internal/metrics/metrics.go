@@ -35,6 +35,7 @@ type Metrics struct {
 	SurgeHeldResources *prometheus.GaugeVec
 	MissingCapacity    *prometheus.GaugeVec
 	WriteErrors        *prometheus.CounterVec
+	Lookahead          *prometheus.CounterVec
 	Leader             prometheus.Gauge
 	BuildInfo          *prometheus.GaugeVec
 }
@@ -113,6 +114,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "write_errors_total",
 			Help: "API writes refused, by resource and reason (Conflict, Forbidden, Invalid, NotFound, TooManyRequests, ServerError, Other).",
 		}, []string{"resource", "reason"}),
+		Lookahead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "lookahead_total",
+			Help: "Look-ahead surges for nodes the MCO was predicted to target next, by result: surged (started), hit (the node was drained as predicted), missed (the prediction did not come true; restored), skipped (no spare capacity or surge slot left after the stalls being served).",
+		}, []string{"result"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "leader",
 			Help: "1 while this replica holds the leader-election Lease (or runs without election), else 0.",
@@ -125,7 +130,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
-		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors,
+		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors, m.Lookahead,
 		m.Leader, m.BuildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

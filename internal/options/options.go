@@ -70,6 +70,7 @@ type Options struct {
 	NamespaceSelector  string
 	PoolSelector       string
 	MaxConcurrentSurge int
+	Lookahead          int
 	Workers            int
 	ResyncPeriod       time.Duration
 	LLMNilSemantics    string
@@ -105,6 +106,7 @@ func NewOptions() *Options {
 		MaxSurgeDuration:        24 * time.Hour,
 		CordonGracePeriod:       10 * time.Minute,
 		MaxConcurrentSurge:      3,
+		Lookahead:               1,
 		Workers:                 2,
 		ResyncPeriod:            10 * time.Minute,
 		LLMNilSemantics:         string(LLMNilAuto),
@@ -141,6 +143,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
+	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")
 	fs.StringVar(&o.LLMNilSemantics, "kserve-llm-nil-semantics", o.LLMNilSemantics, "Meaning of an absent LLMInferenceService replicas field: \"one\" (OpenShift AI up to 3.3), \"keep\" (3.4 and newer: keep the Deployment's count), \"auto\" (keep when v1alpha2 is served).")
@@ -214,6 +217,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxConcurrentSurge < 1 {
 		bad("max-concurrent-surges", "must be at least 1, got %d", o.MaxConcurrentSurge)
+	}
+	if o.Lookahead < 0 {
+		bad("lookahead", "must not be negative, got %d", o.Lookahead)
 	}
 	if o.Workers < 1 {
 		bad("workers", "must be at least 1, got %d", o.Workers)

@@ -58,6 +58,7 @@ func TestValidateNamesEveryInvalidFlag(t *testing.T) {
 		{name: "renew deadline not below lease duration", set: func(o *Options) { o.RenewDeadline = o.LeaseDuration }, flags: []string{"renew-deadline"}},
 		{name: "retry period within the renew deadline's jitter", set: func(o *Options) { o.RetryPeriod = 9 * time.Second }, flags: []string{"retry-period"}},
 		{name: "zero surges", set: func(o *Options) { o.MaxConcurrentSurge = 0 }, flags: []string{"max-concurrent-surges"}},
+		{name: "negative look-ahead", set: func(o *Options) { o.Lookahead = -1 }, flags: []string{"lookahead"}},
 		{name: "zero workers", set: func(o *Options) { o.Workers = 0 }, flags: []string{"workers"}},
 		{name: "namespace selector", set: func(o *Options) { o.NamespaceSelector = "a in (b" }, flags: []string{"namespace-selector"}},
 		{name: "pool selector", set: func(o *Options) { o.PoolSelector = "=x" }, flags: []string{"pool-selector"}},

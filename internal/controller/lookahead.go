@@ -1,0 +1,134 @@
+package controller
+
+import (
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+)
+
+// Look-ahead results, the lookahead_total metric's label.
+const (
+	lookaheadSurged  = "surged"
+	lookaheadHit     = "hit"
+	lookaheadMissed  = "missed"
+	lookaheadSkipped = "skipped"
+)
+
+// predicted reports whether the MCO is about to update node: it is among the next --lookahead nodes
+// the pool's node controller will target (mco.PredictTargets), or it is targeted already (the
+// prediction came true; its drain follows).
+func (c *Controller) predicted(node *corev1.Node, pool *mcfgv1.MachineConfigPool) bool {
+	if c.cfg.Lookahead == 0 || pool == nil || !mco.PoolUpdating(pool) {
+		return false
+	}
+	if st := mco.ReadNode(node); st.Targeted() && st.DesiredConfig == pool.Spec.Configuration.Name {
+		return true
+	}
+	for _, n := range c.plan(pool).Next(c.cfg.Lookahead) {
+		if n.Name == node.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// plan predicts the node controller's next moves for pool.
+func (c *Controller) plan(pool *mcfgv1.MachineConfigPool) mco.Plan {
+	nodes, _ := c.nodes.List(labels.Everything())
+	pools, _ := c.pools.List(labels.Everything())
+	return mco.PredictTargets(pool, mco.NodesInPool(pool, pools, nodes))
+}
+
+// enqueuePredicted re-examines the nodes the pool will update next: a node of the pool starting or
+// finishing its update moves the prediction along.
+func (c *Controller) enqueuePredicted(node *corev1.Node) {
+	if c.cfg.Lookahead == 0 {
+		return
+	}
+	pool := c.poolFor(node)
+	if pool == nil || !mco.PoolUpdating(pool) {
+		return
+	}
+	for _, n := range c.plan(pool).Next(c.cfg.Lookahead) {
+		c.enqueueNode(n.Name)
+	}
+}
+
+// lookaheadFits reports whether a look-ahead surge of delta replicas of pod fits in what the stalls
+// being served leave free. It is stricter than a stall's own check: no stall of the pool may be
+// waiting for capacity; the replacements of the stalls on nodes updating now (surged or not yet)
+// are placed first; and the replacement must fit on a node that is neither updating now nor among
+// the next nodes to update, so that it does not move a stall one node further.
+func (c *Controller) lookaheadFits(st stall, delta int) bool {
+	if c.state.capacityWanted(st.pool) {
+		return false
+	}
+	pool, err := c.pools.Get(st.pool)
+	if err != nil {
+		return false
+	}
+	plan := c.plan(pool)
+	soon := map[string]bool{}
+	for _, n := range append(plan.Updating, plan.Next(c.cfg.Lookahead)...) {
+		soon[n.Name] = true
+	}
+	var cands []blocking.Candidate
+	for _, cand := range c.candidates() {
+		if !soon[cand.Node.Name] && !updatingNow(cand.Node) {
+			cands = append(cands, cand)
+		}
+	}
+	pending := append(c.pendingReplacements(), c.unservedStalls(plan.Updating)...)
+	placed, _ := blocking.Fit(st.Pod, delta, pending, cands)
+	return placed == delta
+}
+
+// unservedStalls returns, for every pod blocked on the given nodes whose workload has no Surge yet,
+// an unscheduled copy: the replacement that stall will ask for, which comes before any look-ahead.
+func (c *Controller) unservedStalls(nodes []*corev1.Node) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, n := range nodes {
+		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n.Name)
+		var pods []*corev1.Pod
+		namespaces := map[string]bool{}
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, p)
+				namespaces[p.Namespace] = true
+			}
+		}
+		var pdbs []*policyv1.PodDisruptionBudget
+		for ns := range namespaces {
+			list, _ := c.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
+			pdbs = append(pdbs, list...)
+		}
+		for _, b := range blocking.Find(pods, pdbs) {
+			if c.hasSurge(b.Pod) {
+				continue
+			}
+			out = append(out, unscheduledCopy(b.Pod))
+		}
+	}
+	return out
+}
+
+// hasSurge reports whether the pod's workload has a Surge (of any phase) already.
+func (c *Controller) hasSurge(pod *corev1.Pod) bool {
+	target, err := c.store.Resolve(pod)
+	if err != nil {
+		return false
+	}
+	_, err = c.surges.Get(target.Ref.Namespace, surgeName(target))
+	return err == nil
+}
+
+// unscheduledCopy is a stand-in for a replacement of pod the scheduler has still to place.
+func unscheduledCopy(pod *corev1.Pod) *corev1.Pod {
+	cp := pod.DeepCopy()
+	cp.Name, cp.UID, cp.Spec.NodeName = cp.Name+"-replacement", "", ""
+	return cp
+}

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/options"
+)
+
+// aheadPool: w1 is being drained, w2 is the next node the MCO will target (same zone, same age:
+// names order them), w3 is a spare GPU node the MCO targets last. The "model" Deployment runs on w2.
+func aheadPool(extra ...runtime.Object) []runtime.Object {
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), gpuNode("w3"), workerPool(true), pdb(0, 1, 1)}
+	objs = append(objs, model(1, "w2")...)
+	return append(objs, extra...)
+}
+
+func (h *harness) lookahead(result string) float64 {
+	return testutil.ToFloat64(h.metrics.Lookahead.WithLabelValues(result))
+}
+
+// While w1 drains, the model on w2 (the MCO's next target) is surged: its replacement is Ready
+// before the MCO reaches w2, nothing is evicted from w2 before its drain, and once the MCO drains w2
+// the surge goes on like any other.
+func TestLookaheadSurgesTheNextNodeBeforeTheMCOTargetsIt(t *testing.T) {
+	h := newHarness(t, nil, aheadPool()...)
+	h.allowEvictions()
+	h.surgeNode("w2", depSurge)
+	s := h.mustSurge(depSurge)
+	if guardian.Trigger(s.Spec.Trigger) != guardian.TriggerMCOPredicted || s.Spec.Drain != "rendered-2" || h.replicas() != 2 {
+		t.Fatalf("look-ahead surge: trigger %q drain %q replicas %d; want MCOPredicted, rendered-2, 2", s.Spec.Trigger, s.Spec.Drain, h.replicas())
+	}
+	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "w2", "next target")
+	if h.lookahead(lookaheadSurged) != 1 {
+		t.Fatalf("lookahead_total{surged} = %v, want 1", h.lookahead(lookaheadSurged))
+	}
+	if v := testutil.ToFloat64(h.metrics.BlockedPods.WithLabelValues("worker")); v != 0 {
+		t.Fatalf("blocked_pods = %v: a predicted node blocks nothing yet", v)
+	}
+
+	h.addPod(modelPod("model-abc-b", "w3", true))
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("phase %s, want Ready ahead of the drain", h.phase(depSurge))
+	}
+	for _, w := range h.writes() {
+		if w == "create pods/eviction" {
+			t.Fatal("evicted from a node the MCO has not even targeted")
+		}
+	}
+
+	// The MCO finishes w1 and drains w2: the Surge made ahead serves this drain.
+	h.updateNode("w1", nodeUpdated)
+	h.updateNode("w2", func(n *corev1.Node) { draining(n) })
+	h.refresh()
+	h.settle(depSurge)
+	evicted := 0
+	for _, w := range h.writes() {
+		if w == "create pods/eviction" {
+			evicted++
+		}
+	}
+	if evicted == 0 {
+		t.Fatal("the blocked pod was not evicted once the MCO drained w2")
+	}
+	h.deletePod("model-abc-a")
+	h.refresh()
+	h.settle(depSurge)
+	if got := h.phase(depSurge); got != v1alpha1.PhaseResolved {
+		t.Fatalf("phase %s, want Resolved", got)
+	}
+	if h.lookahead(lookaheadHit) != 1 {
+		t.Fatalf("lookahead_total{hit} = %v, want 1", h.lookahead(lookaheadHit))
+	}
+}
+
+func TestLookaheadOffSurgesNothingAhead(t *testing.T) {
+	h := newHarness(t, func(o *options.Options) { o.Lookahead = 0 }, aheadPool()...)
+	h.syncNode("w2")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("--lookahead=0 surged a node the MCO has not targeted: %v", w)
+	}
+}
+
+// A prediction that does not come true (here: the pool is paused before the MCO reaches w2) is
+// undone, and counted.
+func TestLookaheadMissedPredictionIsRestored(t *testing.T) {
+	h := newHarness(t, nil, aheadPool()...)
+	h.surgeNode("w2", depSurge)
+	h.addPod(modelPod("model-abc-b", "w3", true))
+	h.refresh()
+	h.settle(depSurge)
+	p, err := h.mco.MachineconfigurationV1().MachineConfigPools().Get(context.Background(), "worker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Paused = true
+	if _, err := h.mco.MachineconfigurationV1().MachineConfigPools().Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("missed prediction not restored: Surge %v, replicas %d", h.surge(depSurge) != nil, h.replicas())
+	}
+	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, guardian.ReasonPredictionMissed)
+	if h.lookahead(lookaheadMissed) != 1 {
+		t.Fatalf("lookahead_total{missed} = %v, want 1", h.lookahead(lookaheadMissed))
+	}
+}
+
+// Looking ahead is only for spare capacity. w1's stall (model "other", not surged yet) needs the
+// spare node's only free GPU: the model on w2 is not surged ahead, and w1's stall still is.
+func TestLookaheadLeavesTheSpareGPUToTheStallBeingServed(t *testing.T) {
+	spare := gpuNode("w3")
+	spare.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("1")
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), spare, workerPool(true), pdb(0, 1, 1)}
+	objs = append(objs, model(1, "w2")...)
+	objs = append(objs, otherModel("w1")...)
+	h := newHarness(t, nil, objs...)
+	h.syncNode("w2")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("surged ahead with the only spare GPU that w1's stall needs: %v", w)
+	}
+	if h.lookahead(lookaheadSkipped) != 1 {
+		t.Fatalf("lookahead_total{skipped} = %v, want 1", h.lookahead(lookaheadSkipped))
+	}
+	h.syncNode("w1")
+	h.refresh()
+	if h.surge("deployment-other") == nil {
+		t.Fatal("w1's stall was not surged")
+	}
+	// With w1's stall surged (its replacement not created yet), the spare GPU is still spoken for.
+	h.syncNode("w2")
+	h.refresh()
+	if h.surge(depSurge) != nil {
+		t.Fatal("surged ahead while w1's replacement waits for the spare GPU")
+	}
+}
+
+// A look-ahead surge never takes the last --max-concurrent-surges slot.
+func TestLookaheadKeepsTheLastSurgeSlotForAStall(t *testing.T) {
+	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge = 1 }, aheadPool()...)
+	h.syncNode("w2")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("look-ahead took the only surge slot: %v", w)
+	}
+}
