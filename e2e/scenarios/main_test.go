@@ -16,6 +16,9 @@ import (
 // a node's drain retries every 3 s and its reboot lasts 3 s.
 const defaultTimeScale = 0.05
 
+// suiteTimeScale is the time scale the test bed runs at (TIME_SCALE, or the default).
+var suiteTimeScale = defaultTimeScale
+
 // llmNilKeepsCountEnv selects the KServe release the simulator imitates: "true" for OpenShift AI 3.4
 // and newer, where an absent LLMInferenceService replica count keeps the Deployment's count; unset or
 // "false" for 3.3, where it means one. Only one simulator can own the LLMInferenceServices of a
@@ -48,6 +51,7 @@ func run(m *testing.M) int {
 		}
 		scale = v
 	}
+	suiteTimeScale = scale
 	if v := os.Getenv(llmNilKeepsCountEnv); v != "" {
 		keep, err := strconv.ParseBool(v)
 		if err != nil {
