@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
@@ -36,6 +37,14 @@ func run(ctx context.Context, opts *options.Options) error {
 	defer func() { _ = log.Sync() }()
 	log.Info("starting drain-guardian", zap.String("version", version.Version), zap.String("revision", version.Revision),
 		zap.Bool("dryRun", opts.DryRun), zap.String("restore", opts.Restore), zap.Bool("preemptive", opts.Preemptive))
+	if soft := opts.SoftMemoryLimit(); soft > 0 {
+		if _, set := os.LookupEnv("GOMEMLIMIT"); set {
+			log.Info("GOMEMLIMIT is set: it wins over --memory-limit", zap.String("memoryLimit", opts.MemoryLimit))
+		} else {
+			debug.SetMemoryLimit(soft)
+			log.Info("Go soft memory limit set", zap.String("memoryLimit", opts.MemoryLimit), zap.Int64("softLimitBytes", soft))
+		}
+	}
 
 	cfg, err := restConfig(opts.Kubeconfig)
 	if err != nil {

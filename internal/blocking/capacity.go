@@ -13,6 +13,30 @@ import (
 type Candidate struct {
 	Node *corev1.Node
 	Pods []*corev1.Pod
+	// Used is what Pods request (see UsedBy); nil means "add it up from Pods". A caller that checks
+	// many pods against one snapshot computes it once per node instead of once per check.
+	Used corev1.ResourceList
+}
+
+// UsedBy adds up what the pods request, skipping those that finished (Succeeded, Failed): the
+// scheduler's view of a node's used resources.
+func UsedBy(pods []*corev1.Pod) corev1.ResourceList {
+	used := corev1.ResourceList{}
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		addTo(used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+	}
+	return used
+}
+
+func addTo(sum, add corev1.ResourceList) {
+	for name, q := range add {
+		v := sum[name]
+		v.Add(q)
+		sum[name] = v
+	}
 }
 
 // FitsElsewhere reports whether a copy of pod could be scheduled on one of the candidates other than
@@ -37,12 +61,27 @@ func FitsElsewhere(pod *corev1.Pod, candidates []Candidate) (string, bool) {
 func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) (int, corev1.ResourceList) {
 	cands := make([]Candidate, len(candidates))
 	copy(cands, candidates)
+	// Placements add to a node's pods and used resources: copy those of a node on its first
+	// placement, never the caller's.
+	copied := make([]bool, len(cands))
 	place := func(p *corev1.Pod, exclude string) bool {
 		for i := range cands {
-			if fits(p, exclude, cands[i]) {
-				cands[i].Pods = append(cands[i].Pods[:len(cands[i].Pods):len(cands[i].Pods)], p)
-				return true
+			if !fits(p, exclude, cands[i]) {
+				continue
 			}
+			if !copied[i] {
+				used := corev1.ResourceList{}
+				if cands[i].Used != nil {
+					addTo(used, cands[i].Used)
+				} else {
+					used = UsedBy(cands[i].Pods)
+				}
+				cands[i].Used, copied[i] = used, true
+				cands[i].Pods = cands[i].Pods[:len(cands[i].Pods):len(cands[i].Pods)]
+			}
+			cands[i].Pods = append(cands[i].Pods, p)
+			addTo(cands[i].Used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+			return true
 		}
 		return false
 	}
@@ -83,7 +122,11 @@ func fits(pod *corev1.Pod, exclude string, c Candidate) bool {
 	if antiAffinityConflict(pod, c.Pods) {
 		return false
 	}
-	return resourcesFit(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), n.Status.Allocatable, c.Pods)
+	used := c.Used
+	if used == nil {
+		used = UsedBy(c.Pods)
+	}
+	return resourcesFit(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), n.Status.Allocatable, used)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -95,19 +138,8 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// resourcesFit reports whether requests fit in allocatable minus what the node's live pods request.
-func resourcesFit(requests, allocatable corev1.ResourceList, pods []*corev1.Pod) bool {
-	used := corev1.ResourceList{}
-	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-			sum := used[name]
-			sum.Add(q)
-			used[name] = sum
-		}
-	}
+// resourcesFit reports whether requests fit in allocatable minus used.
+func resourcesFit(requests, allocatable, used corev1.ResourceList) bool {
 	for name, want := range requests {
 		if want.IsZero() {
 			continue

@@ -130,7 +130,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		),
 		state: newState(m),
 	}
-	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(stripManagedFields))
+	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(slim))
 	c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(clients.Dynamic, opts.ResyncPeriod)
 	c.exec = &executor{c: c}
 	if served, err := servesResource(clients.Discovery, v1alpha1.SchemeGroupVersion.String(), v1alpha1.SurgesResource.Resource); err != nil {
@@ -175,7 +175,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	}{
 		{nodeInf.Informer(), c.handler(c.onNode)},
 		{podInf.Informer(), c.podHandler()},
-		{pdbInf.Informer(), c.handler(func(any) { c.enqueueWatchedNodes() })},
+		{pdbInf.Informer(), c.handler(c.onPDB)},
 		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
 		{ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))},
 		{hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))},

@@ -2,6 +2,7 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -10,6 +11,7 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -90,10 +92,29 @@ func (c *Controller) onPool(obj any) {
 	c.enqueueSurges(func(*v1alpha1.Surge) bool { return true })
 }
 
-// enqueueWatchedNodes re-examines every node under drain, e.g. when a PDB's status changes.
+// enqueueWatchedNodes re-examines every node under drain, e.g. when a KServe kind becomes known.
 func (c *Controller) enqueueWatchedNodes() {
 	for _, n := range c.state.watchedNodes() {
 		c.enqueueNode(n)
+	}
+}
+
+// onPDB re-examines the nodes under drain that run a pod the PDB selects: its budget is all that
+// changed. A cluster's thousands of PDBs change status all the time (every pod turning Ready or not);
+// only those of pods on draining nodes matter.
+func (c *Controller) onPDB(obj any) {
+	pdb, ok := obj.(*policyv1.PodDisruptionBudget)
+	if !ok {
+		return
+	}
+	for _, n := range c.state.watchedNodes() {
+		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n)
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok && p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
+				c.enqueueNode(n)
+				break
+			}
+		}
 	}
 }
 

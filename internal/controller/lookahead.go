@@ -77,12 +77,12 @@ func (c *Controller) lookaheadFits(st stall, delta int) bool {
 		soon[n.Name] = true
 	}
 	var cands []blocking.Candidate
-	for _, cand := range c.candidates() {
+	for _, cand := range st.capacity.candidates() {
 		if !soon[cand.Node.Name] && !updatingNow(cand.Node) {
 			cands = append(cands, cand)
 		}
 	}
-	pending := append(c.pendingReplacements(), c.unservedStalls(plan.Updating)...)
+	pending := append(append([]*corev1.Pod{}, st.capacity.pendingReplacements()...), c.unservedStalls(plan.Updating)...)
 	placed, _ := blocking.Fit(st.Pod, delta, pending, cands)
 	return placed == delta
 }

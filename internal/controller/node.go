@@ -90,6 +90,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	// Several blocked pods of one workload are one stall: the first decides for all of them (a second
 	// surge attempt would only meet the first one's write as a conflict).
 	decided := map[types.UID]string{}
+	capacity := &capacitySnapshot{c: c}
 	for _, b := range blocking.Find(live, pdbs) {
 		if !c.inScope(b.Pod.Namespace) {
 			continue
@@ -114,7 +115,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 			after = shorter(after, pdbLagRetry)
 			continue
 		}
-		retry, unresolvable, err := c.handleBlocked(ctx, stall{node: node, pool: stats.pool, drain: drain, Blocked: b})
+		retry, unresolvable, err := c.handleBlocked(ctx, stall{node: node, pool: stats.pool, drain: drain, Blocked: b, capacity: capacity})
 		decided[owner] = unresolvable
 		if unresolvable != "" {
 			stats.unresolvable[unresolvable]++
@@ -198,6 +199,8 @@ type stall struct {
 	pool  string
 	drain guardian.NodeDrain
 	blocking.Blocked
+	// capacity is the sync's view of the cluster's capacity, shared by its stalls.
+	capacity *capacitySnapshot
 }
 
 // key names a one-off report about this stall (see state.once).
@@ -281,7 +284,7 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 		}
 		return deferRetry, "", nil
 	}
-	if placed, missing := blocking.Fit(pod, int(delta), c.pendingReplacements(), c.candidates()); placed < int(delta) {
+	if placed, missing := blocking.Fit(pod, int(delta), st.capacity.pendingReplacements(), st.capacity.candidates()); placed < int(delta) {
 		// Capacity may free up (a held surge restored, a node joining): look again later. Meanwhile
 		// surges of the pool whose survivors are safe give their capacity back (see guardian.finished).
 		c.state.wantCapacity(st.pool, node.Name, missing)
@@ -295,7 +298,12 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 		Fields: fields, Node: node.Name, Pool: st.pool, Trigger: string(st.drain.Trigger), Drain: st.drain.Drain,
 		PDB: st.PDB.Name, BlockedPod: pod.Name, Delta: delta, Replicas: owner.Replicas,
 	}
-	return c.startSurge(ctx, st, newSurge(target, obj, spec), obj, owner)
+	retry, unresolvable, err := c.startSurge(ctx, st, newSurge(target, obj, spec), obj, owner)
+	if err == nil && retry == 0 && unresolvable == "" {
+		// The next stalls of this sync count this surge's replacements, which no cache shows yet.
+		st.capacity.reserve(pod, int(delta))
+	}
+	return retry, unresolvable, err
 }
 
 // existingSurge handles a blocked pod whose workload has a Surge already: an active one covers this
@@ -418,7 +426,7 @@ func (c *Controller) pendingReplacements() []*corev1.Pod {
 	return out
 }
 
-// candidates lists every node with its pods, for the capacity check.
+// candidates lists every node with its pods and what they request, for the capacity check.
 func (c *Controller) candidates() []blocking.Candidate {
 	nodes, _ := c.nodes.List(labels.Everything())
 	out := make([]blocking.Candidate, 0, len(nodes))
@@ -430,9 +438,44 @@ func (c *Controller) candidates() []blocking.Candidate {
 				cand.Pods = append(cand.Pods, p)
 			}
 		}
+		cand.Used = blocking.UsedBy(cand.Pods)
 		out = append(out, cand)
 	}
 	return out
+}
+
+// capacitySnapshot is the cluster's capacity as one sync sees it: every node with its pods, and
+// the replacements waiting to be placed. It is built on first use, once per sync, however many
+// stalls the sync checks: the capacity check reads every node and pod of the cluster.
+type capacitySnapshot struct {
+	c       *Controller
+	cands   []blocking.Candidate
+	pending []*corev1.Pod
+	built   bool
+}
+
+func (s *capacitySnapshot) build() {
+	if !s.built {
+		s.cands, s.pending, s.built = s.c.candidates(), s.c.pendingReplacements(), true
+	}
+}
+
+func (s *capacitySnapshot) candidates() []blocking.Candidate {
+	s.build()
+	return s.cands
+}
+
+func (s *capacitySnapshot) pendingReplacements() []*corev1.Pod {
+	s.build()
+	return s.pending
+}
+
+// reserve counts n replacements of pod, just asked for, as pending.
+func (s *capacitySnapshot) reserve(pod *corev1.Pod, n int) {
+	s.build()
+	for range n {
+		s.pending = append(s.pending, unscheduledCopy(pod))
+	}
 }
 
 // readyElsewhere counts Ready pods, not being deleted, off the given node.

@@ -36,7 +36,10 @@ type state struct {
 	watched map[string]nodeStats
 	// reported holds the keys of one-off reports (an Event and a failure count per stall), so that a
 	// stall re-examined every resync is reported once.
-	reported   map[string]string
+	reported map[string]string
+	// unbound holds the keys of one-off reports tied to no node (a rejected Surge version, a dry-run
+	// write), with when they were made; bounded by maxUnboundReports.
+	unbound    map[string]time.Time
 	cordonSeen map[string]time.Time
 	// trusted maps the Surges that passed verification to their last phase; untrusted ones are absent
 	// and never count against --max-concurrent-surges.
@@ -65,7 +68,7 @@ type wantedCapacity struct {
 
 func newState(m *metrics.Metrics) *state {
 	return &state{
-		metrics: m, watched: map[string]nodeStats{}, reported: map[string]string{}, cordonSeen: map[string]time.Time{},
+		metrics: m, watched: map[string]nodeStats{}, reported: map[string]string{}, unbound: map[string]time.Time{}, cordonSeen: map[string]time.Time{},
 		trusted: map[types.NamespacedName]trustedSurge{}, recent: map[types.NamespacedName]time.Time{}, wanted: map[string]map[string]wantedCapacity{},
 	}
 }
@@ -281,16 +284,48 @@ func (s *state) watchedNodes() []string {
 	return out
 }
 
+// Bounds of the one-off reports tied to no node: past maxUnboundReports keys, those older than
+// unboundReportTTL are forgotten (and all of them if that is not enough), so that the memory of a
+// long-running guardian stays bounded; a forgotten report may be made once more.
+const (
+	maxUnboundReports = 1024
+	unboundReportTTL  = time.Hour
+)
+
 // once reports whether key is new for node's current drain, remembering it. Keys are forgotten when
-// the node's drain ends, so a later drain is reported afresh.
+// the node's drain ends, so a later drain is reported afresh; keys of no node ("") are bounded in
+// number and age.
 func (s *state) once(node, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if node == "" {
+		if _, ok := s.unbound[key]; ok {
+			return false
+		}
+		if len(s.unbound) >= maxUnboundReports {
+			s.pruneUnbound(time.Now())
+		}
+		s.unbound[key] = time.Now()
+		return true
+	}
 	if _, ok := s.reported[key]; ok {
 		return false
 	}
 	s.reported[key] = node
 	return true
+}
+
+// pruneUnbound forgets node-less report keys older than unboundReportTTL, or all of them when that
+// leaves too many; s.mu must be held.
+func (s *state) pruneUnbound(now time.Time) {
+	for k, at := range s.unbound {
+		if now.Sub(at) > unboundReportTTL {
+			delete(s.unbound, k)
+		}
+	}
+	if len(s.unbound) >= maxUnboundReports {
+		clear(s.unbound)
+	}
 }
 
 // forgetCordon forgets when node was first seen cordoned: it is schedulable again, or gone.

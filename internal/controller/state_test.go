@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -43,5 +44,26 @@ func TestOnlyTheLeaderReportsSurgeAndBlockedGauges(t *testing.T) {
 	s.setLeading(false)
 	if n := testutil.CollectAndCount(m.BlockedPods); n != 0 {
 		t.Fatal("blocked_pods still exported after losing leadership")
+	}
+}
+
+// Reports tied to no node (a rejected Surge version, a dry-run write) are remembered, but never
+// more than maxUnboundReports of them: a guardian running for months keeps bounded memory.
+func TestUnboundReportsAreBounded(t *testing.T) {
+	s := newState(metrics.New())
+	if !s.once("", "UntrustedSurge/u1/1") || s.once("", "UntrustedSurge/u1/1") {
+		t.Fatal("a node-less report is not made exactly once")
+	}
+	for i := range 3 * maxUnboundReports {
+		s.once("", fmt.Sprintf("DryRun/%d", i))
+	}
+	if n := len(s.unbound); n > maxUnboundReports {
+		t.Fatalf("%d node-less report keys kept, want at most %d", n, maxUnboundReports)
+	}
+	// Node keys are still forgotten with their node's drain.
+	s.once("w1", "NoCapacity/p/w1/rendered-2")
+	s.setNode("w1", nil)
+	if !s.once("w1", "NoCapacity/p/w1/rendered-2") {
+		t.Fatal("a report of a drain that ended was not forgotten")
 	}
 }

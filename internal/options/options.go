@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -77,6 +78,27 @@ type Options struct {
 
 	LogFormat string
 	LogLevel  string
+	// MemoryLimit is the container's memory limit (empty: none known); see SoftMemoryLimit.
+	MemoryLimit string
+}
+
+// softMemoryShare is the share of the container's memory limit given to the Go runtime as its soft
+// limit: the rest is headroom for what the runtime does not count (stacks of goroutines in
+// syscalls, cgo, the kernel's page cache of the binary) and for a burst before the collector
+// catches up.
+const softMemoryShare = 0.85
+
+// SoftMemoryLimit returns the soft memory limit for the Go runtime derived from --memory-limit, or 0
+// when it is not set.
+func (o *Options) SoftMemoryLimit() int64 {
+	if o.MemoryLimit == "" {
+		return 0
+	}
+	q, err := resource.ParseQuantity(o.MemoryLimit)
+	if err != nil {
+		return 0
+	}
+	return int64(float64(q.Value()) * softMemoryShare)
 }
 
 // serviceAccountNamespaceFile holds the pod's namespace when running in a cluster.
@@ -150,6 +172,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"json\" or \"console\".")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: \"debug\", \"info\", \"warn\" or \"error\".")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit, "The container's memory limit (e.g. 512Mi; the manifests set it from the downward API): the Go runtime's soft memory limit is 85% of it, unless GOMEMLIMIT is set. Empty: no soft limit.")
 }
 
 // ApplyEnv sets every flag that was not given on the command line from its environment variable, if set.
@@ -237,6 +260,11 @@ func (o *Options) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("log-level", "must be debug, info, warn or error, got %q", o.LogLevel)
+	}
+	if o.MemoryLimit != "" {
+		if q, err := resource.ParseQuantity(o.MemoryLimit); err != nil || q.Sign() <= 0 {
+			bad("memory-limit", "must be a positive quantity such as 512Mi, got %q", o.MemoryLimit)
+		}
 	}
 	if o.Kubeconfig != "" {
 		if _, err := os.Stat(o.Kubeconfig); err != nil {

@@ -59,6 +59,8 @@ func TestValidateNamesEveryInvalidFlag(t *testing.T) {
 		{name: "retry period within the renew deadline's jitter", set: func(o *Options) { o.RetryPeriod = 9 * time.Second }, flags: []string{"retry-period"}},
 		{name: "zero surges", set: func(o *Options) { o.MaxConcurrentSurge = 0 }, flags: []string{"max-concurrent-surges"}},
 		{name: "negative look-ahead", set: func(o *Options) { o.Lookahead = -1 }, flags: []string{"lookahead"}},
+		{name: "memory limit not a quantity", set: func(o *Options) { o.MemoryLimit = "lots" }, flags: []string{"memory-limit"}},
+		{name: "memory limit zero", set: func(o *Options) { o.MemoryLimit = "0" }, flags: []string{"memory-limit"}},
 		{name: "zero workers", set: func(o *Options) { o.Workers = 0 }, flags: []string{"workers"}},
 		{name: "namespace selector", set: func(o *Options) { o.NamespaceSelector = "a in (b" }, flags: []string{"namespace-selector"}},
 		{name: "pool selector", set: func(o *Options) { o.PoolSelector = "=x" }, flags: []string{"pool-selector"}},
@@ -215,5 +217,23 @@ func TestApplyEnv(t *testing.T) {
 			}
 			tt.check(t, o)
 		})
+	}
+}
+
+// The downward API gives the container's limit in bytes; the Go runtime gets 85% of it.
+func TestSoftMemoryLimit(t *testing.T) {
+	for _, tt := range []struct {
+		limit string
+		want  int64
+	}{
+		{"", 0},
+		{"536870912", 456340275},
+		{"512Mi", 456340275},
+	} {
+		o := NewOptions()
+		o.MemoryLimit = tt.limit
+		if got := o.SoftMemoryLimit(); got != tt.want {
+			t.Errorf("SoftMemoryLimit(%q) = %d, want %d", tt.limit, got, tt.want)
+		}
 	}
 }

@@ -1,0 +1,161 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+)
+
+// richPod is a model server pod as the API returns it: everything the scheduler matches, plus the
+// bulk (image, env, volumes, statuses, kubectl's last-applied copy) the guardian never reads.
+func richPod() *corev1.Pod {
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("4")}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "llm-0", Namespace: ns, UID: "llm-0-uid", ResourceVersion: "7", CreationTimestamp: metav1.NewTime(t0),
+			Labels:          map[string]string{"app": "llm", appsv1.PodIndexLabel: "0"},
+			Annotations:     map[string]string{deletionCostAnnotation: "-1000", lastAppliedAnnotation: `{"huge":"copy"}`, "example.com/team": "nlp"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "llm-rs", UID: "rs", Controller: ptr.To(true)}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:     "w1",
+			NodeSelector: map[string]string{"gpu": "a100"},
+			Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "llm"}}, TopologyKey: corev1.LabelHostname,
+			}}}},
+			Tolerations:    []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Overhead:       corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+			InitContainers: []corev1.Container{{Name: "fetch", Image: "fetch:1", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}}},
+			Containers: []corev1.Container{{
+				Name: "server", Image: "vllm:latest", Command: []string{"serve"},
+				Env:       []corev1.EnvVar{{Name: "HF_TOKEN", Value: "secret"}},
+				Resources: corev1.ResourceRequirements{Requests: gpu, Limits: gpu},
+			}},
+			Volumes: []corev1.Volume{{Name: "cache"}},
+		},
+		Status: corev1.PodStatus{
+			Phase:             corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "server", Image: "vllm:latest", Ready: true}},
+			PodIP:             "10.0.0.7",
+		},
+	}
+}
+
+// The capacity check, the blocking decision and the survivor counts give the same answers on the
+// slimmed pod as on the full one, and the bulk is gone.
+func TestSlimKeepsWhatDecisionsRead(t *testing.T) {
+	full := richPod()
+	got, err := slim(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.(*corev1.Pod)
+	if !reflect.DeepEqual(blocking.Requests(p), blocking.Requests(full)) {
+		t.Errorf("requests %v, want %v", blocking.Requests(p), blocking.Requests(full))
+	}
+	if blocking.Skip(p) != blocking.Skip(full) || blocking.PodReady(p) != blocking.PodReady(full) {
+		t.Error("Skip or PodReady changed")
+	}
+	if ord, ok := ordinal(p); !ok || ord != 0 {
+		t.Errorf("ordinal = %d, %v", ord, ok)
+	}
+	tainted := gpuNode("w2")
+	tainted.Labels["gpu"] = "a100"
+	tainted.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}
+	wrongLabel := gpuNode("w3")
+	cands := []blocking.Candidate{{Node: wrongLabel}, {Node: tainted}}
+	gotNode, gotOK := blocking.FitsElsewhere(p, cands)
+	wantNode, wantOK := blocking.FitsElsewhere(full, cands)
+	if gotNode != wantNode || gotOK != wantOK || !wantOK {
+		t.Errorf("FitsElsewhere = %q %v, want %q %v", gotNode, gotOK, wantNode, wantOK)
+	}
+	// Anti-affinity: a node already running a pod of the model is no place for its replacement.
+	withTwin := gpuNode("w4")
+	withTwin.Labels["gpu"] = "a100"
+	twin := richPod()
+	twin.Spec.NodeName = "w4"
+	if _, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: withTwin, Pods: []*corev1.Pod{twin}}}); ok {
+		t.Error("the slimmed pod lost its anti-affinity")
+	}
+	if p.Annotations[deletionCostAnnotation] != "-1000" {
+		t.Errorf("the deletion cost annotation was dropped: %v", p.Annotations)
+	}
+	mirror := richPod()
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "x"
+	if sm := slimPod(mirror); !blocking.Skip(sm) {
+		t.Error("a mirror pod's annotation was dropped: it would be counted as blocking")
+	}
+	if _, ok := p.Annotations[lastAppliedAnnotation]; ok || p.ManagedFields != nil {
+		t.Error("last-applied copy or managedFields kept")
+	}
+	c := p.Spec.Containers[0]
+	if c.Image != "" || c.Env != nil || c.Command != nil || p.Spec.Volumes != nil || p.Status.ContainerStatuses != nil || p.Status.PodIP != "" {
+		t.Errorf("bulk kept: %+v", p)
+	}
+	if !reflect.DeepEqual(p.OwnerReferences, full.OwnerReferences) || !reflect.DeepEqual(p.Labels, full.Labels) || p.UID != full.UID || p.ResourceVersion != full.ResourceVersion {
+		t.Error("identity, labels or owners changed")
+	}
+}
+
+func TestSlimNodeAndWorkloads(t *testing.T) {
+	n := gpuNode("w1")
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"vllm:latest"}, SizeBytes: 1 << 34}}
+	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
+	got, _ := slim(n.DeepCopy())
+	sn := got.(*corev1.Node)
+	if sn.Status.Images != nil || !reflect.DeepEqual(sn.Status.Allocatable, n.Status.Allocatable) ||
+		!reflect.DeepEqual(sn.Status.Conditions, n.Status.Conditions) || !reflect.DeepEqual(sn.Spec, n.Spec) ||
+		!reflect.DeepEqual(sn.Annotations, n.Annotations) {
+		t.Errorf("node slimmed wrongly: %+v", sn)
+	}
+
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "llminferenceservice-workload-prefill"}},
+		Spec:       richPod().Spec,
+	}}}
+	got, _ = slim(d)
+	sd := got.(*appsv1.Deployment)
+	if sd.Spec.Template.Labels["app.kubernetes.io/component"] == "" || len(sd.Spec.Template.Spec.Containers) != 0 || *sd.Spec.Replicas != 1 {
+		t.Errorf("deployment slimmed wrongly: %+v", sd.Spec)
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "Deployment", Name: "d"}}},
+		Spec: appsv1.ReplicaSetSpec{Template: corev1.PodTemplateSpec{Spec: richPod().Spec}}}
+	got, _ = slim(rs)
+	if srs := got.(*appsv1.ReplicaSet); len(srs.Spec.Template.Spec.Containers) != 0 || len(srs.OwnerReferences) != 1 {
+		t.Errorf("replicaset slimmed wrongly: %+v", srs)
+	}
+}
+
+// A PDB event re-examines only the nodes under drain that run a pod it selects.
+func TestPDBEventEnqueuesOnlyNodesWithSelectedPods(t *testing.T) {
+	objs := stalled()
+	other := draining(gpuNode("w4"))
+	objs = append(objs, other)
+	objs = append(objs, otherModel("w4")...)
+	h := newHarness(t, nil, objs...)
+	h.syncNode("w1")
+	h.syncNode("w4")
+	for h.c.queue.Len() > 0 {
+		k, _ := h.c.queue.Get()
+		h.c.queue.Done(k)
+	}
+	h.c.onPDB(pdb(0, 1, 1))
+	var queued []string
+	for h.c.queue.Len() > 0 {
+		k, _ := h.c.queue.Get()
+		queued = append(queued, k.Node)
+		h.c.queue.Done(k)
+	}
+	if !reflect.DeepEqual(queued, []string{"w1"}) {
+		t.Fatalf("the model's PDB event queued %v, want only w1 (w4 runs another model)", queued)
+	}
+}
