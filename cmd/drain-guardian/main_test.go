@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,5 +57,32 @@ func TestVersionAndHelp(t *testing.T) {
 		if !strings.Contains(out, flag) {
 			t.Errorf("run --help does not document %s", flag)
 		}
+	}
+}
+
+// The README's flag reference is the daemon's own --help: a flag added, renamed or re-described
+// without the README fails here.
+func TestREADMEFlagsAreTheRunHelp(t *testing.T) {
+	help, err := execute(t, "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagLines := func(text string) []string {
+		var out []string
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "      --") || strings.HasPrefix(l, "  -h, --help") {
+				out = append(out, strings.TrimRight(l, " "))
+			}
+		}
+		return out
+	}
+	got, want := flagLines(string(readme)), flagLines(help)
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("README flags differ from `drain-guardian run --help`; paste its Flags section into the README.\nREADME:\n%s\n--help:\n%s",
+			strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
