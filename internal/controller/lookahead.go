@@ -61,8 +61,11 @@ func (c *Controller) enqueuePredicted(node *corev1.Node) {
 // lookaheadFits reports whether a look-ahead surge of delta replicas of pod fits in what the stalls
 // being served leave free. It is stricter than a stall's own check: no stall of the pool may be
 // waiting for capacity; the replacements of the stalls on nodes updating now (surged or not yet)
-// are placed first; and the replacement must fit on a node that is neither updating now nor among
-// the next nodes to update, so that it does not move a stall one node further.
+// are placed first; and the replacement must fit on a node this update will not drain again
+// (mco.WillNotDrain: updated, or outside any updating pool). The scheduler then places it there: the
+// MCO taints every node still to update with UpdateInProgress:PreferNoSchedule, which the
+// scheduler's TaintToleration score avoids; a replacement on a node still to update would only move
+// the stall to that node's turn.
 func (c *Controller) lookaheadFits(st stall, delta int) bool {
 	if c.state.capacityWanted(st.pool) {
 		return false
@@ -72,13 +75,10 @@ func (c *Controller) lookaheadFits(st stall, delta int) bool {
 		return false
 	}
 	plan := c.plan(pool)
-	soon := map[string]bool{}
-	for _, n := range append(plan.Updating, plan.Next(c.cfg.Lookahead)...) {
-		soon[n.Name] = true
-	}
+	pools := c.newPoolLookup()
 	var cands []blocking.Candidate
 	for _, cand := range st.capacity.candidates() {
-		if !soon[cand.Node.Name] && !updatingNow(cand.Node) {
+		if mco.WillNotDrain(cand.Node, pools.of(cand.Node)) {
 			cands = append(cands, cand)
 		}
 	}

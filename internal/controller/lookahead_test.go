@@ -15,10 +15,10 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
 
-// aheadPool: w1 is being drained, w2 is the next node the MCO will target (same zone, same age:
-// names order them), w3 is a spare GPU node the MCO targets last. The "model" Deployment runs on w2.
+// aheadPool: w1 is being drained, w2 is the next node the MCO will target, w3 is a spare GPU node
+// already updated. The "model" Deployment runs on w2.
 func aheadPool(extra ...runtime.Object) []runtime.Object {
-	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), gpuNode("w3"), workerPool(true), pdb(0, 1, 1)}
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), updatedGPUNode("w3"), workerPool(true), pdb(0, 1, 1)}
 	objs = append(objs, model(1, "w2")...)
 	return append(objs, extra...)
 }
@@ -75,9 +75,11 @@ func TestLookaheadSurgesTheNextNodeBeforeTheMCOTargetsIt(t *testing.T) {
 	h.deletePod("model-abc-a")
 	h.refresh()
 	h.settle(depSurge)
-	if got := h.phase(depSurge); got != v1alpha1.PhaseResolved {
-		t.Fatalf("phase %s, want Resolved", got)
+	// The replacement runs on w3, already updated: the stall is resolved and the surge restored.
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("not resolved and restored: phase %q, replicas %d", h.phase(depSurge), h.replicas())
 	}
+	requireEvent(t, h.events(), "Normal", ReasonStallResolved, "w2")
 	if h.lookahead(lookaheadHit) != 1 {
 		t.Fatalf("lookahead_total{hit} = %v, want 1", h.lookahead(lookaheadHit))
 	}
@@ -121,7 +123,7 @@ func TestLookaheadMissedPredictionIsRestored(t *testing.T) {
 // Looking ahead is only for spare capacity. w1's stall (model "other", not surged yet) needs the
 // spare node's only free GPU: the model on w2 is not surged ahead, and w1's stall still is.
 func TestLookaheadLeavesTheSpareGPUToTheStallBeingServed(t *testing.T) {
-	spare := gpuNode("w3")
+	spare := updatedGPUNode("w3")
 	spare.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("1")
 	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), spare, workerPool(true), pdb(0, 1, 1)}
 	objs = append(objs, model(1, "w2")...)
@@ -145,6 +147,27 @@ func TestLookaheadLeavesTheSpareGPUToTheStallBeingServed(t *testing.T) {
 	if h.surge(depSurge) != nil {
 		t.Fatal("surged ahead while w1's replacement waits for the spare GPU")
 	}
+}
+
+// The only spare GPU is on a node the update has still to drain: a replacement there would just move
+// the stall to that node's turn, so nothing is surged ahead.
+func TestLookaheadNeedsCapacityOnAnUpdatedNode(t *testing.T) {
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), gpuNode("w3"), workerPool(true), pdb(0, 1, 1)}
+	h := newHarness(t, nil, append(objs, model(1, "w2")...)...)
+	h.syncNode("w2")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("surged ahead onto a node still to update: %v", w)
+	}
+	if h.lookahead(lookaheadSkipped) != 1 {
+		t.Fatalf("lookahead_total{skipped} = %v, want 1", h.lookahead(lookaheadSkipped))
+	}
+}
+
+// updatedGPUNode is a GPU worker that already runs rendered-2.
+func updatedGPUNode(name string) *corev1.Node {
+	n := gpuNode(name)
+	nodeUpdated(n)
+	return n
 }
 
 // A look-ahead surge never takes the last --max-concurrent-surges slot.
