@@ -102,6 +102,8 @@ type Controller struct {
 
 	// surgeMu serializes surge starts so that --max-concurrent-surges holds across workers.
 	surgeMu sync.Mutex
+	// plans caches each pool's predicted update order (see plan) until the next node or pool event.
+	plans planCache
 	state   *state
 }
 

@@ -23,6 +23,7 @@ func (c *Controller) onNode(obj any) {
 	if !ok {
 		return
 	}
+	c.plans.invalidate()
 	c.enqueueNode(n.Name)
 	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
 	c.enqueuePredicted(n)
@@ -81,6 +82,7 @@ func (c *Controller) onPool(obj any) {
 	if !ok {
 		return
 	}
+	c.plans.invalidate()
 	nodes, _ := c.nodes.List(labels.Everything())
 	pools, _ := c.pools.List(labels.Everything())
 	for _, n := range nodes {

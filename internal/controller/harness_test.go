@@ -126,6 +126,8 @@ func (h *harness) refresh() {
 			}
 		}
 	}
+	// The informers' node and pool events clear the predicted plans.
+	h.c.plans.invalidate()
 	nodes, _ := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	fill(f.Core().V1().Nodes().Informer().GetIndexer(), toObjs(nodes.Items))
 	pods, _ := h.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"sync"
+
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -36,11 +38,51 @@ func (c *Controller) predicted(node *corev1.Node, pool *mcfgv1.MachineConfigPool
 	return false
 }
 
-// plan predicts the node controller's next moves for pool.
+// plan predicts the node controller's next moves for pool. The prediction reads every node: it is
+// made once per pool and kept until a node or pool changes (planCache).
 func (c *Controller) plan(pool *mcfgv1.MachineConfigPool) mco.Plan {
+	if p, ok := c.plans.get(pool); ok {
+		return p
+	}
 	nodes, _ := c.nodes.List(labels.Everything())
 	pools, _ := c.pools.List(labels.Everything())
-	return mco.PredictTargets(pool, mco.NodesInPool(pool, pools, nodes))
+	p := mco.PredictTargets(pool, mco.NodesInPool(pool, pools, nodes))
+	c.plans.put(pool, p)
+	return p
+}
+
+// planCache holds the pools' predicted plans; any node or pool event clears it.
+type planCache struct {
+	mu    sync.Mutex
+	plans map[string]cachedPlan
+}
+
+type cachedPlan struct {
+	resourceVersion string
+	plan            mco.Plan
+}
+
+func (pc *planCache) get(pool *mcfgv1.MachineConfigPool) (mco.Plan, bool) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	cp, ok := pc.plans[pool.Name]
+	return cp.plan, ok && cp.resourceVersion == pool.ResourceVersion
+}
+
+func (pc *planCache) put(pool *mcfgv1.MachineConfigPool, p mco.Plan) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.plans == nil {
+		pc.plans = map[string]cachedPlan{}
+	}
+	pc.plans[pool.Name] = cachedPlan{resourceVersion: pool.ResourceVersion, plan: p}
+}
+
+// invalidate forgets every plan: a node or pool changed.
+func (pc *planCache) invalidate() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	clear(pc.plans)
 }
 
 // enqueuePredicted re-examines the nodes the pool will update next: a node of the pool starting or
