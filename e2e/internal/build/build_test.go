@@ -78,3 +78,34 @@ func TestEnsureRebuildsStaleBinary(t *testing.T) {
 		t.Fatalf("a failed build replaced the binary")
 	}
 }
+
+// After `make build`, the test bed runs that binary: a daemon newer than all its sources is not
+// rebuilt (a rebuild without make's flags cost a cold run minutes); a source edited since is.
+func TestEnsureDaemonRebuildsOnlyWhenASourceIsNewer(t *testing.T) {
+	b := fakeRepo(t)
+	src := filepath.Join(b.RepoRoot, "internal", "x.go")
+	for _, f := range []string{src, filepath.Join(b.RepoRoot, "go.mod"), b.Path(DrainGuardian)} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, f := range []string{src, filepath.Join(b.RepoRoot, "go.mod")} {
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Ensure(context.Background(), DrainGuardian); err != nil {
+		t.Fatalf("Ensure of an up-to-date daemon: %v, want no rebuild", err)
+	}
+	if err := os.Chtimes(src, time.Now().Add(time.Minute), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The fake repository cannot build the daemon: an error proves a rebuild was attempted.
+	if err := b.Ensure(context.Background(), DrainGuardian); err == nil {
+		t.Fatal("a source newer than the daemon did not rebuild it")
+	}
+}
