@@ -27,6 +27,7 @@ const (
 	ReasonDryRun              = "DryRun"
 	ReasonSurgeDeferred       = "SurgeDeferred"
 	ReasonWorkloadDeleted     = "WorkloadDeleted"
+	ReasonWriteRefused        = "WriteRefused"
 	actionDetect, actionSurge = "Detect", "Surge"
 	actionEvict, actionReport = "Evict", "Report"
 	actionRestore             = "Restore"

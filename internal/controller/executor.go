@@ -38,10 +38,29 @@ func (e *executor) dryRun(regarding runtime.Object, key, format string, args ...
 	return errDryRun
 }
 
-// failed counts a refused write and wraps the error for the retry log.
-func (e *executor) failed(resource, what string, err error) error {
-	e.c.metrics.WriteErrors.WithLabelValues(resource, writeErrorReason(err)).Inc()
+// failed counts a refused write and wraps the error for the retry log. A refusal that retrying
+// will not cure by itself (Forbidden, Invalid, Other: a missing permission, an admission webhook
+// or policy saying no) is also told once, as a Warning Event on what the write was about: the
+// workqueue's backoff keeps retrying it, but someone has to look.
+func (e *executor) failed(regarding runtime.Object, resource, what string, err error) error {
+	reason := writeErrorReason(err)
+	e.c.metrics.WriteErrors.WithLabelValues(resource, reason).Inc()
+	if !transientWriteError(reason) && e.c.state.once("", fmt.Sprintf("%s/%s/%s/%s", ReasonWriteRefused, resource, describe(regarding), reason)) {
+		e.c.event(regarding, corev1.EventTypeWarning, ReasonWriteRefused, actionReport,
+			"The API server refused %s (%s): %v. The guardian keeps retrying with backoff; a missing permission or an admission policy rejecting this write needs an admin",
+			what, reason, err)
+	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// transientWriteError reports whether a refusal of this class goes away by itself: a stale read
+// (decided again), an object gone, throttling or a server in trouble.
+func transientWriteError(reason string) bool {
+	switch reason {
+	case "Conflict", "NotFound", "TooManyRequests", "ServerError":
+		return true
+	}
+	return false
 }
 
 // writeErrorReason classifies a refused write for drain_guardian_write_errors_total.
@@ -87,7 +106,7 @@ func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch 
 		return e.dryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
 	}
 	if err := e.c.store.Patch(ctx, obj.Ref, patch); err != nil {
-		return e.failed(strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
+		return e.failed(obj.ObjectReference(), strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
 	}
 	return nil
 }
@@ -101,7 +120,7 @@ func (e *executor) createSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	}
 	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
-		return e.failed("surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
+		return e.failed(surgeRef(s), "surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
 	}
 	return nil
 }
@@ -116,7 +135,7 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 	}
 	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
-		return e.failed("surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
+		return e.failed(surgeRef(s), "surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
 	}
 	return nil
 }
@@ -127,7 +146,7 @@ func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	err := e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Delete(ctx, s.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return e.failed("surges", "deleting Surge "+s.Namespace+"/"+s.Name, err)
+		return e.failed(surgeRef(s), "surges", "deleting Surge "+s.Namespace+"/"+s.Name, err)
 	}
 	return nil
 }
@@ -161,7 +180,7 @@ func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *corev
 		return evictRefused, nil
 	}
 	e.c.metrics.Evictions.WithLabelValues("error").Inc()
-	return evictRefused, e.failed("pods/eviction", fmt.Sprintf("evicting pod %s/%s", p.Namespace, p.Name), err)
+	return evictRefused, e.failed(regarding, "pods/eviction", fmt.Sprintf("evicting pod %s/%s", p.Namespace, p.Name), err)
 }
 
 // setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.
@@ -175,7 +194,7 @@ func (e *executor) setDeletionCost(ctx context.Context, p *corev1.Pod, cost stri
 	}})
 	_, err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return e.failed("pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
+		return e.failed(p, "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
 	}
 	return nil
 }
