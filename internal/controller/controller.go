@@ -104,7 +104,7 @@ type Controller struct {
 	surgeMu sync.Mutex
 	// plans caches each pool's predicted update order (see plan) until the next node or pool event.
 	plans planCache
-	state   *state
+	state *state
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.

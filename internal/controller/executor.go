@@ -38,6 +38,11 @@ func (e *executor) dryRun(regarding runtime.Object, key, format string, args ...
 	return errDryRun
 }
 
+// wrote counts one API write about to be made.
+func (e *executor) wrote(resource, verb string) {
+	e.c.metrics.APIWrites.WithLabelValues(resource, verb).Inc()
+}
+
 // failed counts a refused write and wraps the error for the retry log. A refusal that retrying
 // will not cure by itself (Forbidden, Invalid, Other: a missing permission, an admission webhook
 // or policy saying no) is also told once, as a Warning Event on what the write was about: the
@@ -105,6 +110,7 @@ func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch 
 	if e.c.opts.DryRun {
 		return e.dryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
 	}
+	e.wrote(strings.ToLower(string(obj.Ref.Kind)), "patch")
 	if err := e.c.store.Patch(ctx, obj.Ref, patch); err != nil {
 		return e.failed(obj.ObjectReference(), strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
 	}
@@ -118,6 +124,7 @@ func (e *executor) createSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	if err != nil {
 		return err
 	}
+	e.wrote("surges", "create")
 	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
@@ -133,6 +140,7 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 	if err != nil {
 		return err
 	}
+	e.wrote("surges/status", "update")
 	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
@@ -143,6 +151,7 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 // deleteSurge deletes exactly the Surge read (UID and resourceVersion preconditions).
 func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	rv := s.ResourceVersion
+	e.wrote("surges", "delete")
 	err := e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Delete(ctx, s.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -168,6 +177,7 @@ func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *corev
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
+	e.wrote("pods/eviction", "create")
 	err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
 	switch {
 	case err == nil:
@@ -192,6 +202,7 @@ func (e *executor) setDeletionCost(ctx context.Context, p *corev1.Pod, cost stri
 		"resourceVersion": p.ResourceVersion,
 		"annotations":     map[string]string{deletionCostAnnotation: cost},
 	}})
+	e.wrote("pods", "patch")
 	_, err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return e.failed(p, "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)

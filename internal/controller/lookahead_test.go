@@ -83,6 +83,22 @@ func TestLookaheadSurgesTheNextNodeBeforeTheMCOTargetsIt(t *testing.T) {
 	if h.lookahead(lookaheadHit) != 1 {
 		t.Fatalf("lookahead_total{hit} = %v, want 1", h.lookahead(lookaheadHit))
 	}
+	// Every API write of the stall's life is counted (what make bench-scale reports per stall).
+	var counted float64
+	for _, rv := range [][2]string{{"deployment", "patch"}, {"surges", "create"}, {"surges/status", "update"}, {"surges", "delete"}, {"pods/eviction", "create"}, {"pods", "patch"}} {
+		counted += testutil.ToFloat64(h.metrics.APIWrites.WithLabelValues(rv[0], rv[1]))
+	}
+	var guardian []string
+	for _, w := range h.writes() {
+		switch w {
+		case "create pods", "update nodes", "delete pods": // the test playing kubelet, MCO and ReplicaSet
+		default:
+			guardian = append(guardian, w)
+		}
+	}
+	if counted != float64(len(guardian)) {
+		t.Fatalf("api_writes_total sums to %v, the guardian wrote %d times: %v", counted, len(guardian), guardian)
+	}
 }
 
 func TestLookaheadOffSurgesNothingAhead(t *testing.T) {

@@ -183,7 +183,10 @@ func BenchmarkCacheBytes(b *testing.B) {
 	}{
 		{"pod", servingPod(), func(raw []byte) (runtimepkg.Object, error) { var o corev1.Pod; return &o, json.Unmarshal(raw, &o) }},
 		{"node", node, func(raw []byte) (runtimepkg.Object, error) { var o corev1.Node; return &o, json.Unmarshal(raw, &o) }},
-		{"replicaset", rs, func(raw []byte) (runtimepkg.Object, error) { var o appsv1.ReplicaSet; return &o, json.Unmarshal(raw, &o) }},
+		{"replicaset", rs, func(raw []byte) (runtimepkg.Object, error) {
+			var o appsv1.ReplicaSet
+			return &o, json.Unmarshal(raw, &o)
+		}},
 	} {
 		raw, err := json.Marshal(tc.obj)
 		if err != nil {

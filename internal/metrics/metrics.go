@@ -36,6 +36,7 @@ type Metrics struct {
 	MissingCapacity    *prometheus.GaugeVec
 	WriteErrors        *prometheus.CounterVec
 	Lookahead          *prometheus.CounterVec
+	APIWrites          *prometheus.CounterVec
 	Leader             prometheus.Gauge
 	BuildInfo          *prometheus.GaugeVec
 }
@@ -118,6 +119,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "lookahead_total",
 			Help: "Look-ahead surges for nodes the MCO was predicted to target next, by result: surged (started), hit (the node was drained as predicted), missed (the prediction did not come true; restored), skipped (no spare capacity or surge slot left after the stalls being served).",
 		}, []string{"result"}),
+		APIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_writes_total",
+			Help: "API writes the guardian made (refused ones included), by resource and verb: what each resolved stall costs the API server.",
+		}, []string{"resource", "verb"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "leader",
 			Help: "1 while this replica holds the leader-election Lease (or runs without election), else 0.",
@@ -130,7 +135,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
-		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors, m.Lookahead,
+		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors, m.Lookahead, m.APIWrites,
 		m.Leader, m.BuildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
