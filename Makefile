@@ -19,7 +19,7 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool demo cluster-up cluster-down image clean
+.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -75,6 +75,14 @@ bench-pool: build ## Pool updates on the test bed: look-ahead on/off, restore po
 	cd e2e && E2E_BENCH=1 E2E_BENCH_READY=$(T_READY) TIME_SCALE=$(TIME_SCALE) E2E_BENCH_OUT=$(CURDIR)/.cluster/bench-pool.md \
 		$(GO) test -v -count=1 -timeout 90m -run '^TestBenchPool$$' ./scenarios/
 	@echo "table written to .cluster/bench-pool.md"
+
+# The scale benchmark's idle window; make bench-scale SCALE_IDLE=1m for a quicker look.
+SCALE_IDLE ?= 5m
+
+bench-scale: build ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memory, idle CPU, surge latency (tens of minutes)
+	cd e2e && E2E_SCALE=1 E2E_SCALE_IDLE=$(SCALE_IDLE) E2E_SCALE_OUT=$(CURDIR)/.cluster/bench-scale.md \
+		$(GO) test -v -count=1 -timeout 100m -run '^TestBenchScale$$' ./scenarios/
+	@echo "table written to .cluster/bench-scale.md"
 
 bench: ## Benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...

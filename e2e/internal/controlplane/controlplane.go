@@ -271,6 +271,10 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--service-account-private-key-file=" + saKey,
 		"--controllers=*",
 		"--profiling=false",
+		// As kwokctl runs it: the rate limit of a real controller-manager would take minutes to
+		// create the pods of a large benchmark cluster.
+		"--kube-api-qps=5000",
+		"--kube-api-burst=10000",
 	}, fmt.Sprintf("https://%s/healthz", hostPort(kcmPort)), ""); err != nil {
 		return err
 	}
@@ -281,6 +285,8 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		fmt.Sprintf("--secure-port=%d", schedPort),
 		"--cert-dir=" + filepath.Join(pki, "scheduler"),
 		"--profiling=false",
+		"--kube-api-qps=5000",
+		"--kube-api-burst=10000",
 	}, fmt.Sprintf("https://%s/healthz", hostPort(schedPort)), ""); err != nil {
 		return err
 	}
