@@ -76,7 +76,7 @@ type ControlPlane struct {
 	out      io.Writer
 	builder  *build.Builder
 
-	procs []*process // in start order
+	procs []*Process // in start order
 
 	server             string
 	adminKubeconfig    string
@@ -157,7 +157,7 @@ func (cp *ControlPlane) BinaryPath(name string) string { return cp.builder.Path(
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
 		for i := len(cp.procs) - 1; i >= 0; i-- {
-			cp.procs[i].stop(stopGrace)
+			cp.procs[i].Stop(stopGrace)
 		}
 	})
 }
@@ -192,7 +192,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if err := writeServiceAccountKeys(saKey, saPub); err != nil {
 		return err
 	}
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 // run starts a component and, when healthURL is set, waits until it answers 200 there.
 func (cp *ControlPlane) run(ctx context.Context, name string, args []string, healthURL, token string) error {
 	fmt.Fprintf(cp.out, "starting %s\n", name)
-	p, err := startProcess(name, cp.builder.Path(name), args, filepath.Join(cp.LogDir(), name+".log"))
+	p, err := StartProcess(name, cp.builder.Path(name), args, filepath.Join(cp.LogDir(), name+".log"), "")
 	if err != nil {
 		return err
 	}
@@ -342,7 +342,7 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args []string, hea
 		case <-p.done:
 		case <-time.After(time.Second):
 		}
-		if gone, err := p.exited(); gone {
+		if gone, err := p.Exited(); gone {
 			return fmt.Errorf("%s %v; last log lines:\n%s", name, err, p.logTail(20))
 		}
 		return nil
@@ -353,7 +353,7 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args []string, hea
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback health probe of a self-signed server
 	}
 	err = poll(ctx, startTimeout, name+" to become healthy", func(ctx context.Context) (bool, error) {
-		if gone, err := p.exited(); gone {
+		if gone, err := p.Exited(); gone {
 			return false, fmt.Errorf("%s %v; last log lines:\n%s", name, err, p.logTail(20))
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthURL, nil)

@@ -61,10 +61,10 @@ func writeKubeconfig(path, server string, caPEM []byte, user, token string) erro
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1. All listeners stay open until every
+// FreePorts reserves n distinct free TCP ports on 127.0.0.1. All listeners stay open until every
 // port is chosen so that the same port is never handed out twice; another process may still take
 // one before the child binds it, a window small enough for a test bed.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	listeners := make([]net.Listener, 0, n)
 	defer func() {

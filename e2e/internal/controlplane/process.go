@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// process is one child process of the control plane, in its own process group so that stopping it
-// also stops anything it spawned.
-type process struct {
+// Process is one child process of the test bed (a control-plane component, a guardian), in its
+// own process group so that stopping it also stops anything it spawned, and killed by the kernel if
+// the test process dies. It is the test bed's one process supervisor.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -21,11 +22,15 @@ type process struct {
 	err     error // valid once done is closed
 }
 
-// startProcess starts bin with args, appending its stdout and stderr to logPath.
-func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+// StartProcess starts bin with args, appending its stdout and stderr to logPath, after a header
+// line when header is not empty.
+func StartProcess(name, bin string, args []string, logPath, header string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
+	}
+	if header != "" {
+		fmt.Fprintln(logFile, header)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
@@ -35,7 +40,7 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		_ = logFile.Close()
@@ -44,8 +49,15 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 	return p, nil
 }
 
-// exited reports whether the process has ended, with its exit error.
-func (p *process) exited() (bool, error) {
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has ended, and how (an exit with status 0 is an error too:
+// nothing the test bed runs is meant to end by itself).
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		if p.err == nil {
@@ -57,10 +69,10 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL once grace has passed, and waits for the
+// Stop sends SIGTERM to the process group, then SIGKILL once grace has passed, and waits for the
 // process to be reaped. A kube-apiserver whose etcd is gone can ignore SIGTERM: the escalation is
 // what guarantees nothing is left behind.
-func (p *process) stop(grace time.Duration) {
+func (p *Process) Stop(grace time.Duration) {
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
@@ -73,8 +85,15 @@ func (p *process) stop(grace time.Duration) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
+// Kill sends SIGKILL to the process group and waits for the process to end: a crash, with no
+// chance to clean up.
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // logTail returns the last n lines of the process log, for error messages.
-func (p *process) logTail(n int) string {
+func (p *Process) logTail(n int) string {
 	return tail(p.logPath, n)
 }
 

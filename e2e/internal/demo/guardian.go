@@ -6,14 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
 )
 
 // Guardian is a drain-guardian process, run exactly as a user runs it: the shipped binary, a
@@ -25,15 +24,13 @@ type Guardian struct {
 	// HTTP).
 	HealthAddr, MetricsAddr string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	*controlplane.Process
 }
 
 // StartGuardian runs `bin run` with the given flags plus loopback health and metrics addresses
 // (free ports), console logs and plain-HTTP metrics, appending its output to logPath.
 func StartGuardian(bin, logPath string, flags ...string) (*Guardian, error) {
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +38,6 @@ func StartGuardian(bin, logPath string, flags ...string) (*Guardian, error) {
 		LogPath:     logPath,
 		HealthAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 		MetricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
-		done:        make(chan struct{}),
 	}
 	args := append([]string{
 		"run",
@@ -50,37 +46,11 @@ func StartGuardian(bin, logPath string, flags ...string) (*Guardian, error) {
 		"--metrics-secure=false",
 		"--log-format=console",
 	}, flags...)
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	header := fmt.Sprintf("=== %s drain-guardian %v", time.Now().Format(time.RFC3339), args)
+	if g.Process, err = controlplane.StartProcess("drain-guardian", bin, args, logPath, header); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(logFile, "=== %s drain-guardian %v\n", time.Now().Format(time.RFC3339), args)
-	g.cmd = exec.Command(bin, args...)
-	g.cmd.Stdout, g.cmd.Stderr = logFile, logFile
-	g.cmd.SysProcAttr = childSysProcAttr()
-	if err := g.cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("starting drain-guardian: %w", err)
-	}
-	go func() {
-		g.err = g.cmd.Wait()
-		_ = logFile.Close()
-		close(g.done)
-	}()
 	return g, nil
-}
-
-// Pid is the process id.
-func (g *Guardian) Pid() int { return g.cmd.Process.Pid }
-
-// Exited reports whether the process has ended, and how.
-func (g *Guardian) Exited() (bool, error) {
-	select {
-	case <-g.done:
-		return true, g.err
-	default:
-		return false, nil
-	}
 }
 
 // WaitReady waits until /readyz answers 200 (informer caches synced), failing early if the process
@@ -129,21 +99,8 @@ func (g *Guardian) waitHTTP(ctx context.Context, timeout time.Duration, path str
 	return nil
 }
 
-// Kill sends SIGKILL and waits for the process to end: a crash, with no chance to clean up.
-func (g *Guardian) Kill() {
-	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
-	<-g.done
-}
-
 // Stop sends SIGTERM, then SIGKILL if the process has not ended within 10 seconds.
-func (g *Guardian) Stop() {
-	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-g.done:
-	case <-time.After(10 * time.Second):
-		g.Kill()
-	}
-}
+func (g *Guardian) Stop() { g.Process.Stop(10 * time.Second) }
 
 // IsLeader reports whether a /metrics text has drain_guardian_leader 1.
 func IsLeader(metrics string) bool {
@@ -169,24 +126,4 @@ func get(ctx context.Context, url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
