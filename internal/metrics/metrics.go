@@ -164,6 +164,8 @@ func Names() []string {
 		"drain_guardian_surge_extra_resources",
 		"drain_guardian_missing_capacity",
 		"drain_guardian_write_errors_total",
+		"drain_guardian_lookahead_total",
+		"drain_guardian_api_writes_total",
 		"drain_guardian_leader",
 		"drain_guardian_build_info",
 	}, workqueueNames()...)
