@@ -25,7 +25,7 @@ const (
 	predictInterval = time.Minute
 	// predictSettle is how long a change waits before the prediction runs, so that a burst of
 	// events (a rollout, a node joining) costs one analysis.
-	predictSettle = 5 * time.Second
+	predictSettle = 15 * time.Second
 )
 
 // predictor keeps what the periodic prediction reported, so that each unresolvable workload gets
