@@ -295,27 +295,39 @@ func TestAddedTime(t *testing.T) {
 }
 
 func TestRenderGolden(t *testing.T) {
-	r := Analyze(mixed(t).build(), Config{ReadyTimes: map[string]time.Duration{"InferenceService": 4 * time.Minute}, ReadyEstimate: 2 * time.Minute})
-	for _, format := range Formats {
-		t.Run(format, func(t *testing.T) {
-			var out bytes.Buffer
-			if err := Render(&out, r, format); err != nil {
-				t.Fatal(err)
+	cordon := newCluster(t)
+	cordon.node("gpu-b", 1)
+	cordon.node("gpu-a", 1)
+	cordon.inferenceService("granite", "gpu-a", 1)
+	reports := map[string]*Report{
+		"mixed":  Analyze(mixed(t).build(), Config{ReadyTimes: map[string]time.Duration{"InferenceService": 4 * time.Minute}, ReadyEstimate: 2 * time.Minute}),
+		"cordon": Analyze(cordon.build(), Config{}),
+	}
+	for name, r := range reports {
+		for _, format := range Formats {
+			if name == "cordon" && format != "table" {
+				continue
 			}
-			golden := filepath.Join("testdata", "mixed."+format)
-			if *update {
-				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+			t.Run(name+"/"+format, func(t *testing.T) {
+				var out bytes.Buffer
+				if err := Render(&out, r, format); err != nil {
 					t.Fatal(err)
 				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/check -update to create it)", err)
-			}
-			if out.String() != string(want) {
-				t.Errorf("%s output differs from %s (go test ./internal/check -update rewrites it):\n%s", format, golden, out.String())
-			}
-		})
+				golden := filepath.Join("testdata", name+"."+format)
+				if *update {
+					if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run go test ./internal/check -update to create it)", err)
+				}
+				if out.String() != string(want) {
+					t.Errorf("%s output differs from %s (go test ./internal/check -update rewrites it):\n%s", format, golden, out.String())
+				}
+			})
+		}
 	}
 }
 

@@ -51,11 +51,13 @@ func renderTable(w io.Writer, r *Report) error {
 }
 
 func writePool(b *strings.Builder, p Pool) {
-	switch len(p.Nodes) {
-	case 0:
+	switch {
+	case len(p.Nodes) == 0:
 		fmt.Fprintf(b, "POOL %s: no node to update\n", p.Name)
 		return
-	case 1:
+	case p.Name == NoPool:
+		fmt.Fprintf(b, "POOL %s: %s by name, each drained on its own when cordoned\n", p.Name, nodes(len(p.Nodes)))
+	case len(p.Nodes) == 1:
 		fmt.Fprintf(b, "POOL %s: 1 node to update, %d at a time\n", p.Name, p.MaxUnavailable)
 	default:
 		fmt.Fprintf(b, "POOL %s: %d nodes to update, %d at a time, in this order\n", p.Name, len(p.Nodes), p.MaxUnavailable)
@@ -77,12 +79,12 @@ func writePool(b *strings.Builder, p Pool) {
 }
 
 func writePlan(b *strings.Builder, plan Plan) {
-	fmt.Fprintf(b, "  Plan: %s", pods(plan.Blocking))
+	fmt.Fprintf(b, "  Plan: %s a drain", blocksOf(plan.Blocking))
 	if plan.Blocking == 0 {
-		b.WriteString(" block a drain\n")
+		b.WriteString("\n")
 		return
 	}
-	fmt.Fprintf(b, " block a drain; %d resolvable", plan.Resolvable)
+	fmt.Fprintf(b, "; %d resolvable", plan.Resolvable)
 	if stalls := plan.Blocking - plan.Resolvable; stalls > 0 {
 		fmt.Fprintf(b, ", %d will stall (%s)", stalls, countsOf(plan.Stalls))
 	}
@@ -139,9 +141,24 @@ func summary(r *Report) string {
 	case ExitClear:
 		return "Result: no pod blocks a drain (exit 0)."
 	case ExitResolvable:
-		return fmt.Sprintf("Result: %s block a drain; the guardian resolves all of them (exit 1).", pods(len(blocks)))
+		return fmt.Sprintf("Result: %s a drain; the guardian resolves all of them (exit 1).", blocksOf(len(blocks)))
 	}
 	return fmt.Sprintf("Result: %d of %s blocking a drain will stall the update (exit 2).", stalls, pods(len(blocks)))
+}
+
+// blocksOf is "1 pod blocks" or "n pods block".
+func blocksOf(n int) string {
+	if n == 1 {
+		return "1 pod blocks"
+	}
+	return fmt.Sprintf("%d pods block", n)
+}
+
+func nodes(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
 
 func pods(n int) string {
