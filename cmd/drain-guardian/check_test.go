@@ -2,10 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/drain-guardian/drain-guardian/internal/check"
 )
@@ -62,5 +66,24 @@ func TestCheckHelp(t *testing.T) {
 	}
 	if strings.Contains(out, "--leader-elect") {
 		t.Error("check --help offers --leader-elect, which plays no part in a check")
+	}
+}
+
+func TestFetchReadyTimes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, "drain_guardian_replacement_ready_duration_seconds_sum{kind=\"Deployment\"} 90\n"+
+			"drain_guardian_replacement_ready_duration_seconds_count{kind=\"Deployment\"} 3\n")
+	}))
+	defer srv.Close()
+	got, err := fetchReadyTimes(t.Context(), srv.URL+"/metrics")
+	if err != nil || got["Deployment"] != 30*time.Second {
+		t.Errorf("ready times %v, %v; want Deployment 30s", got, err)
+	}
+	if _, err := fetchReadyTimes(t.Context(), srv.URL+"/nowhere"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("error %v, want the 404 named", err)
 	}
 }
