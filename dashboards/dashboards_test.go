@@ -238,6 +238,8 @@ func TestDashboardQueries(t *testing.T) {
 		"drain_guardian_surge_held_seconds",
 		"drain_guardian_write_errors_total",
 		"drain_guardian_surges_rejected_total",
+		"drain_guardian_predicted_blocks",
+		"drain_guardian_predicted_missing_capacity",
 	} {
 		if !used[family] {
 			t.Errorf("no panel shows %s", family)

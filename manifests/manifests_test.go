@@ -57,6 +57,7 @@ var requiredAlerts = []string{
 	"DrainGuardianStallUnresolved",
 	"DrainGuardianSurgeHeldTooLong",
 	"DrainGuardianUnresolvableBlock",
+	"DrainGuardianUpdateWillStall",
 }
 
 // rendered is the output of one kustomization, decoded into typed objects.

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,6 +17,14 @@ import (
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
+		// check ends with its own exit codes (1 and 2 are answers, not failures).
+		var exit *exitError
+		if errors.As(err, &exit) {
+			if exit.err != nil {
+				fmt.Fprintln(os.Stderr, "drain-guardian:", exit.err)
+			}
+			os.Exit(exit.code)
+		}
 		fmt.Fprintln(os.Stderr, "drain-guardian:", err)
 		os.Exit(1)
 	}
@@ -28,7 +37,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), &cobra.Command{
+	root.AddCommand(newRunCommand(), newCheckCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -277,6 +277,11 @@ func (c *Controller) Run(ctx context.Context) {
 	defer c.state.setLeading(false)
 	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.runPredictions(ctx)
+	}()
 	for i := 0; i < c.opts.Workers; i++ {
 		wg.Add(1)
 		go func() {

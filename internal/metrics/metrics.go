@@ -39,6 +39,10 @@ type Metrics struct {
 	APIWrites          *prometheus.CounterVec
 	Leader             prometheus.Gauge
 	BuildInfo          *prometheus.GaugeVec
+
+	// PredictedBlocks and PredictedMissingCapacity are the prediction of the next update (package check).
+	PredictedBlocks          *prometheus.GaugeVec
+	PredictedMissingCapacity *prometheus.GaugeVec
 }
 
 // durationBuckets spans a replacement that is Ready in seconds to a stall that lasts hours: 1s .. ~4.5h.
@@ -132,6 +136,15 @@ func New() *Metrics {
 			Help: "Always 1; the labels name the running build.",
 		}, []string{"version", "revision", "goversion"}),
 	}
+	m.PredictedBlocks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "predicted_blocks",
+		Help: "Pods that would block a drain of the pool's next update, by predicted verdict (resolvable, resolvable-with-capacity, or why it will stall).",
+	}, []string{"pool", "verdict"})
+	m.PredictedMissingCapacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "predicted_missing_capacity",
+		Help: "Extended resources the surges of the pool's next update would need beyond what is free.",
+	}, []string{"pool", "resource"})
+	m.Registry.MustRegister(m.PredictedBlocks, m.PredictedMissingCapacity)
 	m.Registry.MustRegister(
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
@@ -168,5 +181,7 @@ func Names() []string {
 		"drain_guardian_api_writes_total",
 		"drain_guardian_leader",
 		"drain_guardian_build_info",
+		"drain_guardian_predicted_blocks",
+		"drain_guardian_predicted_missing_capacity",
 	}, workqueueNames()...)
 }

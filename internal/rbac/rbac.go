@@ -53,3 +53,20 @@ func LeaderElectionRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 }
+
+// CheckRules returns the permissions of `drain-guardian check`: read-only access to what the daemon
+// reads (ClusterRoleRules without any write), shipped as the ClusterRole drain-guardian-check. An
+// owner with a /scale subresource needs get on that subresource too; without it, check reports the
+// pod as missing-rbac, as it would for the daemon.
+func CheckRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "pods"}, Verbs: readOnly},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: readOnly},
+		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "deployments", "statefulsets"}, Verbs: readOnly},
+		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
+		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readOnly},
+		// In-flight Surges: their pending replacements take capacity first.
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: readOnly},
+	}
+}

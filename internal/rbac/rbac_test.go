@@ -36,3 +36,32 @@ func TestNoWildcardsAndDeletesOnlySurges(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckIsReadOnlySubsetOfDaemon keeps check's promise: it reads only, and only what the daemon
+// reads, so its prediction sees what the daemon sees.
+func TestCheckIsReadOnlySubsetOfDaemon(t *testing.T) {
+	daemon := map[string]bool{}
+	for _, r := range ClusterRoleRules() {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					daemon[g+" "+res+" "+v] = true
+				}
+			}
+		}
+	}
+	for _, r := range CheckRules() {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if v != "get" && v != "list" && v != "watch" {
+						t.Errorf("check may %s %s in %q: it must only read", v, res, g)
+					}
+					if !daemon[g+" "+res+" "+v] {
+						t.Errorf("check may %s %s in %q, which the daemon does not", v, res, g)
+					}
+				}
+			}
+		}
+	}
+}

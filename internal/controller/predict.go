@@ -1,0 +1,180 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/drain-guardian/drain-guardian/internal/check"
+)
+
+// ReasonUpdateWillStall is the Event recorded on a workload (or a pod without one) the first time
+// the prediction finds that it will stall its node's drain at the next update.
+const ReasonUpdateWillStall = "UpdateWillStall"
+
+const actionPredict = "Predict"
+
+const (
+	// predictInterval is how often the prediction is renewed without any change: free capacity and
+	// the pools' progress move without an event on the objects watched for it.
+	predictInterval = time.Minute
+	// predictSettle is how long a change waits before the prediction runs, so that a burst of
+	// events (a rollout, a node joining) costs one analysis.
+	predictSettle = 15 * time.Second
+)
+
+// predictor keeps what the periodic prediction reported, so that each unresolvable workload gets
+// one Event per finding.
+type predictor struct {
+	c *Controller
+	// reported holds the keys (see reportKey) of the stalls already reported; a key no longer
+	// predicted is forgotten, so that a stall that comes back is reported again.
+	reported map[string]bool
+}
+
+// runPredictions renews the prediction of the next update on a timer and after changes to what it
+// reads, until ctx ends; it exports the drain_guardian_predicted_* gauges meanwhile. It runs only
+// while leading, like every other gauge.
+func (c *Controller) runPredictions(ctx context.Context) {
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	informers := []cache.SharedIndexInformer{
+		c.kubeFactory.Core().V1().Nodes().Informer(), c.kubeFactory.Core().V1().Pods().Informer(),
+		c.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.kubeFactory.Core().V1().Namespaces().Informer(),
+	}
+	if c.mcoFactory != nil {
+		informers = append(informers, c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
+	}
+	for _, inf := range informers {
+		reg, err := inf.AddEventHandler(c.handler(poke))
+		if err != nil {
+			c.log.Warn("cannot watch for prediction changes; predicting on the timer only", zap.Error(err))
+			continue
+		}
+		defer func() { _ = inf.RemoveEventHandler(reg) }()
+	}
+	defer c.metrics.PredictedBlocks.Reset()
+	defer c.metrics.PredictedMissingCapacity.Reset()
+
+	p := &predictor{c: c, reported: map[string]bool{}}
+	ticker := time.NewTicker(predictInterval)
+	defer ticker.Stop()
+	for {
+		p.predict()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-changed:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(predictSettle):
+			}
+		}
+	}
+}
+
+// predict renews the prediction once: gauges, then Events.
+func (p *predictor) predict() {
+	report, err := p.c.Predict(PredictOptions{ReadyTimes: check.ReadyTimes(p.gather())})
+	if err != nil {
+		p.c.log.Warn("predicting the next update failed", zap.Error(err))
+		return
+	}
+	p.export(report)
+	p.reportStalls(report)
+}
+
+// gather reads this process's own observations of replacement-ready times.
+func (p *predictor) gather() []*dto.MetricFamily {
+	families, err := p.c.metrics.Registry.Gather()
+	if err != nil {
+		p.c.log.Debug("gathering metrics for the prediction", zap.Error(err))
+	}
+	return families
+}
+
+// export sets the predicted gauges: every verdict of every pool, zeros included, so that a query
+// sees a pool whose stalls were fixed drop to 0 instead of vanish.
+func (p *predictor) export(r *check.Report) {
+	m := p.c.metrics
+	m.PredictedBlocks.Reset()
+	m.PredictedMissingCapacity.Reset()
+	for _, pool := range r.Pools {
+		name := poolLabel(pool.Name)
+		for _, v := range check.Verdicts() {
+			m.PredictedBlocks.WithLabelValues(name, string(v)).Set(0)
+		}
+		for _, n := range pool.Nodes {
+			for _, b := range n.Blocks {
+				m.PredictedBlocks.WithLabelValues(name, string(b.Verdict)).Inc()
+			}
+		}
+		for _, res := range pool.Plan.Resources {
+			if res.Missing > 0 {
+				m.PredictedMissingCapacity.WithLabelValues(name, res.Name).Set(float64(res.Missing))
+			}
+		}
+	}
+}
+
+// poolLabel is the pool label of the gauges: the other gauges name nodes outside any pool "".
+func poolLabel(pool string) string {
+	if pool == check.NoPool {
+		return ""
+	}
+	return pool
+}
+
+// reportStalls records a Warning Event the first time a workload is found to stall its drain.
+// Workloads opted out, or out of the guardian's scope, get none: their owners chose that, and the
+// guardian writes nothing in namespaces outside its scope.
+func (p *predictor) reportStalls(r *check.Report) {
+	seen := map[string]bool{}
+	for _, pool := range r.Pools {
+		for _, n := range pool.Nodes {
+			for _, b := range n.Blocks {
+				if b.Verdict.Resolvable() || b.Verdict == check.OptedOut || b.Verdict == check.OutOfScope || b.Regarding == nil {
+					continue
+				}
+				key := reportKey(b)
+				seen[key] = true
+				if p.reported[key] {
+					continue
+				}
+				p.reported[key] = true
+				p.c.event(b.Regarding, corev1.EventTypeWarning, ReasonUpdateWillStall, actionPredict,
+					"Pod %s would stall the drain of node %s (%s) at the next update: %s: %s",
+					b.Pod, n.Name, describePool(pool.Name), b.Verdict, b.Detail)
+			}
+		}
+	}
+	for key := range p.reported {
+		if !seen[key] {
+			delete(p.reported, key)
+		}
+	}
+}
+
+func reportKey(b check.Block) string {
+	ref := b.Regarding
+	return fmt.Sprintf("%s/%s/%s/%s/%s", b.Verdict, ref.Kind, ref.Namespace, ref.Name, ref.UID)
+}
+
+func describePool(pool string) string {
+	if pool == check.NoPool {
+		return "no MachineConfigPool"
+	}
+	return "pool " + pool
+}
