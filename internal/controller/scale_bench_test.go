@@ -207,7 +207,7 @@ func BenchmarkCacheBytes(b *testing.B) {
 						}
 						m, _ := meta.Accessor(o)
 						m.SetName(fmt.Sprintf("o-%d", i))
-						var stored any = o
+						var stored any
 						if variant == "slim" {
 							stored, _ = slim(o)
 						} else {
