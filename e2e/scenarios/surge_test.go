@@ -176,6 +176,13 @@ func TestGuardianKilledInEveryPhase(t *testing.T) {
 	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
+	if killed["Restoring"] {
+		// The kill may land between the Surge's deletion and the flush of the SurgeRestored Event,
+		// which the Event broadcaster sends asynchronously: an Event in flight dies with the process
+		// (Events are best effort). The restore itself is checked above.
+		s.requireEvents("SurgeStarted", "ReplacementReady")
+	} else {
+		s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
+	}
 	s.requireSingleSurge()
 }
