@@ -68,7 +68,7 @@ func TestMetricsOverTLSWithAuthorization(t *testing.T) {
 	}
 	pool := fmt.Sprintf("pool=%q", s.pool)
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`drain_guardian_stalls_detected_total\{kind="Deployment",` + pool + `,trigger="MCO(Targeted|Drain)"\} 1`),
+		regexp.MustCompile(`drain_guardian_stalls_detected_total\{kind="Deployment",` + pool + `,trigger="MCO(Targeted|Drain|Predicted)"\} 1`),
 		regexp.MustCompile(`drain_guardian_stalls_resolved_total\{kind="Deployment",` + pool + `\} 1`),
 		regexp.MustCompile(`drain_guardian_replacement_ready_duration_seconds_count\{kind="Deployment"\} 1`),
 		regexp.MustCompile(`drain_guardian_evictions_total\{result="success"\} [1-9]`),

@@ -44,8 +44,8 @@ func (e *executor) wrote(resource, verb string) {
 }
 
 // failed counts a refused write and wraps the error for the retry log. A refusal that retrying
-// will not cure by itself (Forbidden, Invalid, Other: a missing permission, an admission webhook
-// or policy saying no) is also told once, as a Warning Event on what the write was about: the
+// will not cure by itself (Forbidden, Invalid: a missing permission, an admission webhook or
+// policy saying no) is also told once, as a Warning Event on what the write was about: the
 // workqueue's backoff keeps retrying it, but someone has to look.
 func (e *executor) failed(regarding runtime.Object, resource, what string, err error) error {
 	reason := writeErrorReason(err)
@@ -58,14 +58,11 @@ func (e *executor) failed(regarding runtime.Object, resource, what string, err e
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// transientWriteError reports whether a refusal of this class goes away by itself: a stale read
-// (decided again), an object gone, throttling or a server in trouble.
+// transientWriteError reports whether a refusal of this class goes away by itself: anything but
+// an authorization or admission refusal — a stale read (decided again), an object gone or already
+// there (another sync got there first), throttling, a server in trouble, a broken connection.
 func transientWriteError(reason string) bool {
-	switch reason {
-	case "Conflict", "NotFound", "TooManyRequests", "ServerError":
-		return true
-	}
-	return false
+	return reason != "Forbidden" && reason != "Invalid"
 }
 
 // writeErrorReason classifies a refused write for drain_guardian_write_errors_total.
@@ -75,6 +72,8 @@ func writeErrorReason(err error) string {
 		return "Conflict"
 	case apierrors.IsNotFound(err):
 		return "NotFound"
+	case apierrors.IsAlreadyExists(err):
+		return "AlreadyExists"
 	case apierrors.IsForbidden(err):
 		return "Forbidden"
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

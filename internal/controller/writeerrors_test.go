@@ -64,6 +64,14 @@ func TestTransientWriteErrorsAreNotReported(t *testing.T) {
 	}
 }
 
+// Another sync creating the Surge first is no refusal to report: the caller looks again.
+func TestAlreadyExistsIsTransient(t *testing.T) {
+	err := apierrors.NewAlreadyExists(schema.GroupResource{Group: "drain-guardian.io", Resource: "surges"}, "deployment-model")
+	if r := writeErrorReason(err); r != "AlreadyExists" || !transientWriteError(r) {
+		t.Fatalf("AlreadyExists classified %q (transient %v)", r, transientWriteError(r))
+	}
+}
+
 type errorString string
 
 func (e errorString) Error() string { return string(e) }

@@ -117,7 +117,7 @@ func New() *Metrics {
 		}, []string{"pool", "resource"}),
 		WriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "write_errors_total",
-			Help: "API writes refused, by resource and reason (Conflict, Forbidden, Invalid, NotFound, TooManyRequests, ServerError, Other).",
+			Help: "API writes refused, by resource and reason (Conflict, AlreadyExists, Forbidden, Invalid, NotFound, TooManyRequests, ServerError, Other).",
 		}, []string{"resource", "reason"}),
 		Lookahead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "lookahead_total",
