@@ -1,6 +1,9 @@
 package blocking
 
 import (
+	"sort"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -191,4 +194,39 @@ func antiAffinityConflict(pod *corev1.Pod, onNode []*corev1.Pod) bool {
 // Requests returns what the pod requests, as the scheduler counts it.
 func Requests(pod *corev1.Pod) corev1.ResourceList {
 	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+}
+
+// IsExtended reports whether a resource name is an extended resource (nvidia.com/gpu), as the API
+// server defines it: outside the kubernetes.io domain and not a quota "requests." name.
+func IsExtended(name string) bool {
+	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
+		return false
+	}
+	domain, _, _ := strings.Cut(name, "/")
+	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
+}
+
+// DescribeResources lists resources as "1 nvidia.com/gpu, 4 cpu", extended resources first: what a
+// NoCapacity report says is missing.
+func DescribeResources(rl corev1.ResourceList) string {
+	names := make([]string, 0, len(rl))
+	for name := range rl {
+		names = append(names, string(name))
+	}
+	sort.Slice(names, func(i, j int) bool {
+		ei, ej := IsExtended(names[i]), IsExtended(names[j])
+		if ei != ej {
+			return ei
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		q := rl[corev1.ResourceName(n)]
+		parts = append(parts, q.String()+" "+n)
+	}
+	if len(parts) == 0 {
+		return "nothing measurable (taints, affinity or node readiness keep the replacements out)"
+	}
+	return strings.Join(parts, ", ")
 }

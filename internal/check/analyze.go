@@ -331,7 +331,7 @@ func (a *analysis) decide(b blocking.Blocked, poolSelected bool, cands []blockin
 	if placed < int(delta) {
 		d.Changes = nil
 		d.Missing = quantities(missing)
-		return stop(NoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s", int(delta)-placed, delta, describeResources(missing))
+		return stop(NoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s", int(delta)-placed, delta, blocking.DescribeResources(missing))
 	}
 	d.replacements = placed
 	d.Verdict = Resolvable
@@ -412,7 +412,7 @@ func (a *analysis) plan(p Pool) Plan {
 				wave[name] += v
 			}
 			for name, q := range b.Missing {
-				if v, err := resource.ParseQuantity(q); err == nil && isExtended(name) {
+				if v, err := resource.ParseQuantity(q); err == nil && blocking.IsExtended(name) {
 					missing[name] += v.Value()
 				}
 			}
@@ -447,7 +447,7 @@ func (a *analysis) free() map[string]int64 {
 			}
 		}
 		for name, q := range n.Status.Allocatable {
-			if isExtended(string(name)) {
+			if blocking.IsExtended(string(name)) {
 				out[string(name)] += max(0, q.Value()-used[string(name)])
 			}
 		}
@@ -464,21 +464,11 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// isExtended reports whether a resource name is an extended resource (nvidia.com/gpu), as the API
-// server defines it: outside the kubernetes.io domain and not a quota "requests." name.
-func isExtended(name string) bool {
-	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	domain, _, _ := strings.Cut(name, "/")
-	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
-}
-
 // extended returns the extended resources of requests, times n; nil when there are none.
 func extended(requests corev1.ResourceList, n int64) map[string]int64 {
 	var out map[string]int64
 	for name, q := range requests {
-		if isExtended(string(name)) && !q.IsZero() {
+		if blocking.IsExtended(string(name)) && !q.IsZero() {
 			if out == nil {
 				out = map[string]int64{}
 			}
@@ -504,28 +494,4 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 		return fmt.Sprintf("PDB %s has minAvailable %s: it requires every replica, whatever their number", pdb.Name, pdb.Spec.MinAvailable.String())
 	}
 	return fmt.Sprintf("PDB %s would need more than %d added replicas", pdb.Name, blocking.MaxSurge)
-}
-
-// describeResources lists resources as "1 nvidia.com/gpu, 4 cpu", extended resources first.
-func describeResources(rl corev1.ResourceList) string {
-	names := make([]string, 0, len(rl))
-	for name := range rl {
-		names = append(names, string(name))
-	}
-	sort.Slice(names, func(i, j int) bool {
-		ei, ej := isExtended(names[i]), isExtended(names[j])
-		if ei != ej {
-			return ei
-		}
-		return names[i] < names[j]
-	})
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		q := rl[corev1.ResourceName(n)]
-		parts = append(parts, q.String()+" "+n)
-	}
-	if len(parts) == 0 {
-		return "nothing measurable (taints, affinity or node readiness keep the replacements out)"
-	}
-	return strings.Join(parts, ", ")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -291,7 +289,7 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 		c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Pool == st.pool })
 		return deferRetry, c.unresolvable(st, ref, kind, ReasonNoCapacity, guardian.ReasonNoCapacity,
 			"Pod %s blocks the drain of node %s, but %d of %d replacement(s) fit on no other schedulable node (requests, taints, affinity): missing %s; not surging",
-			pod.Name, node.Name, int(delta)-placed, delta, describeResources(missing)), nil
+			pod.Name, node.Name, int(delta)-placed, delta, blocking.DescribeResources(missing)), nil
 	}
 	c.state.wantCapacity(st.pool, node.Name, nil)
 	spec := v1alpha1.SurgeSpec{
@@ -499,28 +497,4 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 		return fmt.Sprintf("minAvailable %s requires every replica", pdb.Spec.MinAvailable.String())
 	}
 	return fmt.Sprintf("more than %d replicas would be needed", blocking.MaxSurge)
-}
-
-// describeResources lists resources as "1 nvidia.com/gpu, 4 cpu", extended resources first.
-func describeResources(rl corev1.ResourceList) string {
-	names := make([]string, 0, len(rl))
-	for name := range rl {
-		names = append(names, string(name))
-	}
-	sort.Slice(names, func(i, j int) bool {
-		ei, ej := strings.Contains(names[i], "/"), strings.Contains(names[j], "/")
-		if ei != ej {
-			return ei
-		}
-		return names[i] < names[j]
-	})
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		q := rl[corev1.ResourceName(n)]
-		parts = append(parts, q.String()+" "+n)
-	}
-	if len(parts) == 0 {
-		return "nothing measurable (taints, affinity or node readiness keep the replacements out)"
-	}
-	return strings.Join(parts, ", ")
 }
