@@ -13,8 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // benchEnv turns the pool benchmark on (make bench-pool); benchReadyEnv sets the model's load time.
@@ -240,7 +240,7 @@ func (s *scenario) sampleExtraPods(models []model, replicas int32) func() float6
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		tick := time.NewTicker(demo.SampleInterval)
+		tick := time.NewTicker(testbed.SampleInterval)
 		defer tick.Stop()
 		last := time.Now()
 		for {

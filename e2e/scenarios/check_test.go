@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // checkReport is the part of `drain-guardian check -o json` the scenario reads.
@@ -89,7 +89,7 @@ func TestCheckPredictsMixedPool(t *testing.T) {
 	}
 	s.createCPUWorkload("strict", nil, unsatisfiable)
 	s.createCPUWorkload("pinned", map[string]string{"drain-guardian.io/ignore": "true"},
-		demo.MinAvailablePDB(s.ns, "pinned", map[string]string{"app": "pinned"}))
+		testbed.MinAvailablePDB(s.ns, "pinned", map[string]string{"app": "pinned"}))
 	kubeconfig := s.readOnlyKubeconfig()
 
 	_, table, code := s.check(kubeconfig, "-o", "table", "--ready-estimate=2m")
@@ -159,7 +159,7 @@ func TestCheckPredictsMixedPool(t *testing.T) {
 func (s *scenario) createCPUWorkload(name string, annotations map[string]string, pdb *policyv1.PodDisruptionBudget) {
 	s.t.Helper()
 	labels := map[string]string{"app": name}
-	spec := demo.ModelPodSpec(s.pool, labels)
+	spec := testbed.ModelPodSpec(s.pool, labels)
 	spec.Containers[0].Resources = corev1.ResourceRequirements{}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns, Annotations: annotations},
@@ -215,7 +215,7 @@ func (s *scenario) readOnlyKubeconfig() string {
 func (s *scenario) check(kubeconfig string, args ...string) (checkReport, string, int) {
 	s.t.Helper()
 	args = append([]string{"check", "--kubeconfig=" + kubeconfig,
-		"--pool-selector=" + demo.PoolLabel + "=" + s.pool,
+		"--pool-selector=" + testbed.PoolLabel + "=" + s.pool,
 		"--namespace-selector=kubernetes.io/metadata.name=" + s.ns,
 	}, args...)
 	cmd := exec.CommandContext(s.ctx, testBed.GuardianBinary, args...)

@@ -25,8 +25,8 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 const (
@@ -50,9 +50,9 @@ type scenario struct {
 	ns    string
 	pool  string
 	nodes []string
-	obs   *demo.Observer
+	obs   *testbed.Observer
 
-	guardians []*demo.Guardian
+	guardians []*testbed.Guardian
 	logs      []string
 }
 
@@ -60,7 +60,7 @@ type scenario struct {
 // podSelector selects the model's pods (or, with models, the pod selector of each of several models,
 // all of which must stay available). Everything is removed when the test ends; on failure the
 // timeline, the guardian logs and the MCO simulator's lines about the pool's nodes are logged first.
-func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector string, models ...string) *scenario {
+func newScenario(t *testing.T, name string, nodes []testbed.NodeSpec, podSelector string, models ...string) *scenario {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
 	s := &scenario{t: t, ctx: ctx, kube: testBed.CP.Client(), name: name, ns: "e2e-" + name, pool: "e2e-" + name}
@@ -92,10 +92,10 @@ func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector s
 	if err := testBed.CreateNamespace(ctx, s.ns); err != nil {
 		t.Fatalf("creating namespace %s: %v", s.ns, err)
 	}
-	obs, err := demo.Observe(ctx, s.kube, testBed.CP.Dynamic(), testBed.MCFG, demo.Scope{
+	obs, err := testbed.Observe(ctx, s.kube, testBed.CP.Dynamic(), testBed.MCFG, testbed.Scope{
 		Namespace:      s.ns,
 		Pool:           s.pool,
-		NodeSelector:   demo.PoolLabel + "=" + s.pool,
+		NodeSelector:   testbed.PoolLabel + "=" + s.pool,
 		PodSelector:    podSelector,
 		ModelSelectors: models,
 	}, nil)
@@ -110,10 +110,10 @@ func newScenario(t *testing.T, name string, nodes []demo.NodeSpec, podSelector s
 }
 
 // gpuNodes returns n node specs with gpus each, alternating between two zones.
-func gpuNodes(n, gpus int) []demo.NodeSpec {
-	out := make([]demo.NodeSpec, n)
+func gpuNodes(n, gpus int) []testbed.NodeSpec {
+	out := make([]testbed.NodeSpec, n)
 	for i := range out {
-		out[i] = demo.NodeSpec{Zone: []string{"zone-a", "zone-b"}[i%2], GPUs: gpus}
+		out[i] = testbed.NodeSpec{Zone: []string{"zone-a", "zone-b"}[i%2], GPUs: gpus}
 	}
 	return out
 }
@@ -130,7 +130,7 @@ func (s *scenario) note(format string, args ...any) { s.obs.Note("SCENARIO: "+fo
 func (s *scenario) guardianFlags() []string {
 	return []string{
 		"--kubeconfig=" + testBed.CP.GuardianKubeconfig(),
-		"--pool-selector=" + demo.PoolLabel + "=" + s.pool,
+		"--pool-selector=" + testbed.PoolLabel + "=" + s.pool,
 		"--namespace-selector=kubernetes.io/metadata.name=" + s.ns,
 		"--schedule-timeout=30s",
 		"--log-level=debug",
@@ -139,7 +139,7 @@ func (s *scenario) guardianFlags() []string {
 
 // startGuardian runs a guardian without leader election (flags may override any default) and
 // waits until it is ready.
-func (s *scenario) startGuardian(flags ...string) *demo.Guardian {
+func (s *scenario) startGuardian(flags ...string) *testbed.Guardian {
 	s.t.Helper()
 	g := s.spawnGuardian(append([]string{"--leader-elect=false"}, flags...)...)
 	if err := g.WaitReady(s.ctx, 30*time.Second); err != nil {
@@ -150,10 +150,10 @@ func (s *scenario) startGuardian(flags ...string) *demo.Guardian {
 }
 
 // spawnGuardian starts a guardian process without waiting for it.
-func (s *scenario) spawnGuardian(flags ...string) *demo.Guardian {
+func (s *scenario) spawnGuardian(flags ...string) *testbed.Guardian {
 	s.t.Helper()
 	logPath := filepath.Join(testBed.CP.LogDir(), fmt.Sprintf("guardian-%s-%d.log", s.name, len(s.guardians)+1))
-	g, err := demo.StartGuardian(testBed.GuardianBinary, logPath, append(s.guardianFlags(), flags...)...)
+	g, err := testbed.StartGuardian(testBed.GuardianBinary, logPath, append(s.guardianFlags(), flags...)...)
 	if err != nil {
 		s.fatalf("%v", err)
 	}
@@ -265,7 +265,7 @@ func (s *scenario) waitModelReady(selector string, n int) []corev1.Pod {
 		}
 		ready := 0
 		for i := range list.Items {
-			if demo.PodReady(&list.Items[i]) && list.Items[i].DeletionTimestamp == nil {
+			if testbed.PodReady(&list.Items[i]) && list.Items[i].DeletionTimestamp == nil {
 				ready++
 			}
 		}
@@ -316,7 +316,7 @@ func (s *scenario) waitPoolUpdated() time.Duration {
 }
 
 // assertAvailable stops sampling and checks that the model always had a Ready replica.
-func (s *scenario) assertAvailable() demo.Availability {
+func (s *scenario) assertAvailable() testbed.Availability {
 	s.t.Helper()
 	a := s.obs.StopSampling()
 	s.t.Logf("availability: %v", a)
@@ -407,7 +407,7 @@ func (s *scenario) waitRestored(selector string, want int) {
 		}
 		ready := 0
 		for i := range pods.Items {
-			if demo.PodReady(&pods.Items[i]) {
+			if testbed.PodReady(&pods.Items[i]) {
 				ready++
 			}
 		}
@@ -448,7 +448,7 @@ func (s *scenario) hasSurge() bool {
 // surges lists the Surges of the scenario's namespace.
 func (s *scenario) surges() []unstructured.Unstructured {
 	s.t.Helper()
-	list, err := testBed.CP.Dynamic().Resource(demo.Surges).Namespace(s.ns).List(s.ctx, metav1.ListOptions{})
+	list, err := testBed.CP.Dynamic().Resource(testbed.Surges).Namespace(s.ns).List(s.ctx, metav1.ListOptions{})
 	if err != nil {
 		s.fatalf("listing Surges: %v", err)
 	}

@@ -7,9 +7,10 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // defaultTimeScale makes the MachineConfig operator simulator 20 times faster than the real MCO:
@@ -30,7 +31,7 @@ var llmNilKeepsCount bool
 
 // testBed is shared by every scenario of the binary: starting a control plane takes tens of
 // seconds.
-var testBed *demo.TestBed
+var testBed *testbed.TestBed
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -65,9 +66,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	testBed, err = demo.StartTestBed(context.Background(), demo.TestBedConfig{
+	cfg := testbed.TestBedConfig{
 		Dir: dir, TimeScale: scale, Out: os.Stderr, KServe: kservesim.Options{LLMNilKeepsCount: llmNilKeepsCount},
-	})
+	}
+	if os.Getenv(scaleEnv) != "" {
+		// A thousand kwok nodes on two cores: kwok's lease renewals lag, and the node lifecycle
+		// controller would mark Ready pods NotReady faster than they are created.
+		cfg.NodeMonitorGracePeriod = time.Hour
+	}
+	testBed, err = testbed.StartTestBed(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the test bed: %v\n", err)
 		return 1

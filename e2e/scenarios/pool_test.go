@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // poolTimeout bounds a whole pool update of the pool scenarios: five nodes, four of them stalled.
@@ -60,21 +60,21 @@ func (s *scenario) createModel(m model) {
 	replicas := max(m.replicas, 1)
 	switch m.kind {
 	case "InferenceService":
-		obj := demo.InferenceService(s.ns, m.name, "hpa", s.pool, delay)
-		if _, err := dyn.Resource(demo.InferenceServices).Namespace(s.ns).Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
+		obj := testbed.InferenceService(s.ns, m.name, "hpa", s.pool, delay)
+		if _, err := dyn.Resource(testbed.InferenceServices).Namespace(s.ns).Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
 			s.fatalf("creating InferenceService %s: %v", m.name, err)
 		}
 		s.waitModelReady(m.selector(), 1)
-		s.createModelPDB(demo.MinAvailablePDB(s.ns, m.name, map[string]string{"app": "isvc." + m.name + "-predictor"}))
+		s.createModelPDB(testbed.MinAvailablePDB(s.ns, m.name, map[string]string{"app": "isvc." + m.name + "-predictor"}))
 	case "LLMInferenceService":
 		app := map[string]string{"app.kubernetes.io/name": m.name, "kserve.io/component": "workload"}
-		spec := demo.ModelPodSpec(s.pool, app)
+		spec := testbed.ModelPodSpec(s.pool, app)
 		template, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 		if err != nil {
 			s.fatalf("%v", err)
 		}
 		llm := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": demo.LLMInferenceServices.GroupVersion().String(),
+			"apiVersion": testbed.LLMInferenceServices.GroupVersion().String(),
 			"kind":       "LLMInferenceService",
 			"metadata":   map[string]any{"name": m.name, "namespace": s.ns},
 			"spec": map[string]any{
@@ -83,11 +83,11 @@ func (s *scenario) createModel(m model) {
 				"template":    template,
 			},
 		}}
-		if _, err := dyn.Resource(demo.LLMInferenceServices).Namespace(s.ns).Create(s.ctx, llm, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(testbed.LLMInferenceServices).Namespace(s.ns).Create(s.ctx, llm, metav1.CreateOptions{}); err != nil {
 			s.fatalf("creating LLMInferenceService %s: %v", m.name, err)
 		}
 		s.waitModelReady(m.selector(), 1)
-		s.createModelPDB(demo.MinAvailablePDB(s.ns, m.name, app))
+		s.createModelPDB(testbed.MinAvailablePDB(s.ns, m.name, app))
 	default:
 		labels := map[string]string{"app": m.name}
 		d := &appsv1.Deployment{
@@ -97,7 +97,7 @@ func (s *scenario) createModel(m model) {
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{controlplane.ReadyDelayAnnotation: delay}},
-					Spec:       demo.ModelPodSpec(s.pool, labels),
+					Spec:       testbed.ModelPodSpec(s.pool, labels),
 				},
 			},
 		}
@@ -106,7 +106,7 @@ func (s *scenario) createModel(m model) {
 		}
 		s.waitModelReady(m.selector(), int(replicas))
 		// minAvailable 1: a single replica blocks every eviction, two allow one.
-		s.createPDBAllowing(demo.MinAvailablePDB(s.ns, m.name, labels), replicas-1)
+		s.createPDBAllowing(testbed.MinAvailablePDB(s.ns, m.name, labels), replicas-1)
 	}
 }
 

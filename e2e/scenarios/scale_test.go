@@ -28,8 +28,8 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // The scale benchmark's environment (make bench-scale).
@@ -87,7 +87,7 @@ func TestBenchScale(t *testing.T) {
 	t.Logf("setup: %d nodes in %d pools after %v", shape.nodes(), shape.idlePools+1, time.Since(setupStart).Round(time.Second))
 	b.createWorkloads()
 	t.Logf("setup: %d Deployments and %d PDBs created after %v", shape.models+shape.services+shape.singles, shape.pdbs(), time.Since(setupStart).Round(time.Second))
-	b.waitPodsReady()
+	b.waitModelPDBs()
 	setup := time.Since(setupStart)
 	t.Logf("setup: %d pods Ready after %v", shape.pods(), setup.Round(time.Second))
 
@@ -95,7 +95,7 @@ func TestBenchScale(t *testing.T) {
 	start := time.Now()
 	// Default flags, but --lookahead=0: a look-ahead surge starts before the MCO targets the node,
 	// and the latency measured here is from the MCO's targeting to the guardian's write.
-	g, err := demo.StartGuardian(testBed.GuardianBinary, logPath, "--kubeconfig="+testBed.CP.GuardianKubeconfig(), "--leader-elect=false", "--log-level=info", "--lookahead=0")
+	g, err := testbed.StartGuardian(testBed.GuardianBinary, logPath, "--kubeconfig="+testBed.CP.GuardianKubeconfig(), "--leader-elect=false", "--log-level=info", "--lookahead=0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +216,13 @@ func (b *scaleBed) createNodesAndPools() {
 	}
 	b.parallel(len(nodes), 16, func(i int) error {
 		n := nodes[i]
-		l := map[string]string{demo.PoolLabel: n.pool, "node-role.kubernetes.io/" + n.pool: ""}
+		l := map[string]string{testbed.PoolLabel: n.pool, "node-role.kubernetes.io/" + n.pool: ""}
 		_, err := testBed.CP.AddFakeNode(b.ctx, n.name, l, []string{"zone-a", "zone-b", "zone-c"}[i%3], n.gpus, "64", "256Gi")
 		return err
 	})
 	for p := range s.idlePools + 1 {
 		name := b.poolName(p)
-		sel := map[string]string{demo.PoolLabel: name}
+		sel := map[string]string{testbed.PoolLabel: name}
 		pool := &mcfgv1.MachineConfigPool{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: sel},
 			Spec: mcfgv1.MachineConfigPoolSpec{NodeSelector: &metav1.LabelSelector{MatchLabels: sel}}}
 		pool.Spec.Configuration.Name = initialConfig
@@ -250,7 +250,7 @@ func servicePod(pool string, labels map[string]string) corev1.PodSpec {
 		env[i] = corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", i), Value: fmt.Sprintf("value-%d", i)}
 	}
 	return corev1.PodSpec{
-		NodeSelector: map[string]string{demo.PoolLabel: pool},
+		NodeSelector: map[string]string{testbed.PoolLabel: pool},
 		Containers: []corev1.Container{{
 			Name: "server", Image: "registry.example.com/services/api:2.3.1", Env: env,
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
@@ -274,30 +274,50 @@ func (b *scaleBed) createWorkloads() {
 	if err := testBed.CreateNamespace(b.ctx, scaleModelNS); err != nil {
 		b.t.Fatal(err)
 	}
-	type workload struct {
-		ns, name, pool string
-		replicas       int32
-		allowed        int32
-		model          bool
-	}
-	var all []workload
+	var all []scaleWorkload
 	for i := range s.models {
-		all = append(all, workload{scaleModelNS, fmt.Sprintf("model-%d", i+1), scaleStallPool, 1, 0, true})
+		all = append(all, scaleWorkload{scaleModelNS, fmt.Sprintf("model-%d", i+1), scaleStallPool, 1, 0, true})
 		b.models = append(b.models, scaleModelNS+"/"+fmt.Sprintf("model-%d", i+1))
 	}
 	for i := range s.services {
-		all = append(all, workload{fmt.Sprintf("scale-%d", i%s.namespaces), fmt.Sprintf("svc-%d", i), b.poolName(i % s.idlePools), int32(s.serviceReplicas), 1, false})
+		all = append(all, scaleWorkload{fmt.Sprintf("scale-%d", i%s.namespaces), fmt.Sprintf("svc-%d", i), b.poolName(i % s.idlePools), int32(s.serviceReplicas), 1, false})
 	}
 	for i := range s.singles {
-		all = append(all, workload{fmt.Sprintf("scale-%d", i%s.namespaces), fmt.Sprintf("single-%d", i), b.poolName(i % s.idlePools), 1, 0, false})
+		all = append(all, scaleWorkload{fmt.Sprintf("scale-%d", i%s.namespaces), fmt.Sprintf("single-%d", i), b.poolName(i % s.idlePools), 1, 0, false})
 	}
+	// In batches, each waited for until its pods are Ready: the controller-manager, the scheduler and
+	// kwok handle a few thousand pods in flight on two cores, not thirty thousand at once.
+	pods := 0
+	for lo := 0; lo < len(all); lo += scaleBatch {
+		batch := all[lo:min(lo+scaleBatch, len(all))]
+		for _, w := range batch {
+			pods += int(w.replicas)
+		}
+		b.createBatch(batch)
+		b.waitPodsReady(pods)
+	}
+}
+
+// scaleBatch is how many Deployments (and PDBs) createWorkloads creates before it waits for their pods.
+const scaleBatch = 300
+
+// scaleWorkload is one Deployment of the benchmark with its PDB.
+type scaleWorkload struct {
+	ns, name, pool string
+	replicas       int32
+	allowed        int32
+	model          bool
+}
+
+// createBatch creates the Deployments and PDBs of workloads with a few workers.
+func (b *scaleBed) createBatch(all []scaleWorkload) {
 	b.parallel(len(all), 8, func(i int) error {
 		w := all[i]
 		labels := map[string]string{"app": w.name, scaleLabel: "true"}
 		spec := servicePod(w.pool, map[string]string{"app": w.name})
 		annotations := map[string]string{}
 		if w.model {
-			spec = demo.ModelPodSpec(w.pool, map[string]string{"app": w.name})
+			spec = testbed.ModelPodSpec(w.pool, map[string]string{"app": w.name})
 			annotations[controlplane.ReadyDelayAnnotation] = "2s"
 		}
 		d := &appsv1.Deployment{
@@ -318,11 +338,9 @@ func (b *scaleBed) createWorkloads() {
 	})
 }
 
-// waitPodsReady polls, in pages, until every pod of the benchmark is Ready, and the models' PDBs
-// allow no disruption.
-func (b *scaleBed) waitPodsReady() {
-	want := b.shape.pods()
-	deadline := time.Now().Add(45 * time.Minute)
+// waitPodsReady polls, in pages, until want pods of the benchmark are Ready.
+func (b *scaleBed) waitPodsReady(want int) {
+	deadline := time.Now().Add(15 * time.Minute)
 	last := -1
 	for {
 		ready := 0
@@ -333,7 +351,7 @@ func (b *scaleBed) waitPodsReady() {
 				break
 			}
 			for i := range list.Items {
-				if demo.PodReady(&list.Items[i]) {
+				if testbed.PodReady(&list.Items[i]) {
 					ready++
 				}
 			}
@@ -352,8 +370,12 @@ func (b *scaleBed) waitPodsReady() {
 		if time.Now().After(deadline) || b.ctx.Err() != nil {
 			b.t.Fatalf("only %d/%d pods Ready", ready, want)
 		}
-		time.Sleep(15 * time.Second)
+		time.Sleep(5 * time.Second)
 	}
+}
+
+// waitModelPDBs waits until every model's PDB has seen its pod and allows no disruption.
+func (b *scaleBed) waitModelPDBs() {
 	for _, m := range b.models {
 		ns, name, _ := strings.Cut(m, "/")
 		if err := waitFor(b.ctx, time.Minute, func() bool {
@@ -373,7 +395,7 @@ func (b *scaleBed) stalls() []time.Duration {
 	var mu sync.Mutex
 	targeted, surged := map[string]time.Time{}, map[string]time.Time{}
 	nodeInf := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = demo.PoolLabel + "=" + scaleStallPool
+		o.LabelSelector = testbed.PoolLabel + "=" + scaleStallPool
 	})).Core().V1().Nodes().Informer()
 	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) {
 		n := obj.(*corev1.Node)
@@ -434,7 +456,7 @@ func (b *scaleBed) stalls() []time.Duration {
 }
 
 // metric reads one metric (summed over its series) from the guardian's /metrics.
-func (b *scaleBed) metric(g *demo.Guardian, name string) float64 {
+func (b *scaleBed) metric(g *testbed.Guardian, name string) float64 {
 	text, err := g.Metrics(b.ctx)
 	if err != nil {
 		b.t.Fatal(err)

@@ -16,9 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // modelLabels are the pod labels of the plain Deployment and StatefulSet models.
@@ -31,7 +31,7 @@ const loadingDelay = "3s"
 // until its pod is Ready and the PDB allows no disruption.
 func (s *scenario) createDeployment(readyDelay string) *corev1.Pod {
 	s.t.Helper()
-	return s.createDeploymentWith(readyDelay, demo.MinAvailablePDB(s.ns, "model", modelLabels), nil)
+	return s.createDeploymentWith(readyDelay, testbed.MinAvailablePDB(s.ns, "model", modelLabels), nil)
 }
 
 // createDeploymentWith is createDeployment with another PDB and a chance to change the pod spec.
@@ -47,7 +47,7 @@ func (s *scenario) createDeploymentWith(readyDelay string, pdb *policyv1.PodDisr
 					Labels:      modelLabels,
 					Annotations: map[string]string{controlplane.ReadyDelayAnnotation: readyDelay},
 				},
-				Spec: demo.ModelPodSpec(s.pool, modelLabels),
+				Spec: testbed.ModelPodSpec(s.pool, modelLabels),
 			},
 		},
 	}
@@ -123,13 +123,13 @@ func testInferenceService(t *testing.T, name, class string) {
 	isvc := "granite"
 	app := map[string]string{"app": "isvc." + isvc + "-predictor"}
 	s := newScenario(t, name, gpuNodes(3, 1), selectorOf(app))
-	obj := demo.InferenceService(s.ns, isvc, class, s.pool, loadingDelay)
-	if _, err := testBed.CP.Dynamic().Resource(demo.InferenceServices).Namespace(s.ns).Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
+	obj := testbed.InferenceService(s.ns, isvc, class, s.pool, loadingDelay)
+	if _, err := testBed.CP.Dynamic().Resource(testbed.InferenceServices).Namespace(s.ns).Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
 		s.fatalf("creating InferenceService: %v", err)
 	}
 	s.waitModelReady(selectorOf(app), 1)
-	s.createModelPDB(demo.MinAvailablePDB(s.ns, isvc+"-predictor", app))
-	before := specJSON(s.getUnstructured(demo.InferenceServices, isvc))
+	s.createModelPDB(testbed.MinAvailablePDB(s.ns, isvc+"-predictor", app))
+	before := specJSON(s.getUnstructured(testbed.InferenceServices, isvc))
 
 	s.startGuardian()
 	s.obs.StartSampling()
@@ -138,7 +138,7 @@ func testInferenceService(t *testing.T, name, class string) {
 	t.Logf("pool update took %v", took.Round(100*time.Millisecond))
 	s.waitRestored(selectorOf(app), 1)
 	s.assertAvailable()
-	if after := specJSON(s.getUnstructured(demo.InferenceServices, isvc)); after != before {
+	if after := specJSON(s.getUnstructured(testbed.InferenceServices, isvc)); after != before {
 		t.Errorf("InferenceService spec not restored:\nbefore %s\nafter  %s", before, after)
 	}
 	if d := s.deployment(isvc + "-predictor"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
@@ -185,7 +185,7 @@ func TestNoFreeGPU(t *testing.T) {
 			Selector: &metav1.LabelSelector{MatchLabels: agent},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: agent},
-				Spec:       demo.ModelPodSpec(s.pool, agent),
+				Spec:       testbed.ModelPodSpec(s.pool, agent),
 			},
 		},
 	}
@@ -238,7 +238,7 @@ func (s *scenario) waitModelReadyOn(selector, node string) {
 			return false, nil
 		}
 		for i := range pods.Items {
-			if pods.Items[i].Spec.NodeName == node && demo.PodReady(&pods.Items[i]) {
+			if pods.Items[i].Spec.NodeName == node && testbed.PodReady(&pods.Items[i]) {
 				return true, nil
 			}
 		}
@@ -256,7 +256,7 @@ func TestUnschedulableReplacementRolledBack(t *testing.T) {
 		nodes[i].Zone = "zone-a"
 	}
 	s := newScenario(t, "unschedulable", nodes, selectorOf(modelLabels))
-	s.createDeploymentWith(loadingDelay, demo.MinAvailablePDB(s.ns, "model", modelLabels), func(spec *corev1.PodSpec) {
+	s.createDeploymentWith(loadingDelay, testbed.MinAvailablePDB(s.ns, "model", modelLabels), func(spec *corev1.PodSpec) {
 		terms := &spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 		*terms = append(*terms, corev1.PodAffinityTerm{
 			LabelSelector: &metav1.LabelSelector{MatchLabels: modelLabels},
@@ -319,7 +319,7 @@ func TestExternalChangeKept(t *testing.T) {
 // nothing.
 func TestUnsatisfiablePDB(t *testing.T) {
 	s := newScenario(t, "unsatisfiable", gpuNodes(2, 1), selectorOf(modelLabels))
-	pdb := demo.MinAvailablePDB(s.ns, "model", modelLabels)
+	pdb := testbed.MinAvailablePDB(s.ns, "model", modelLabels)
 	pdb.Spec.MinAvailable, pdb.Spec.MaxUnavailable = nil, ptr.To(intstr.FromInt32(0))
 	s.createDeploymentWith(loadingDelay, pdb, nil)
 	s.startGuardian()
@@ -350,13 +350,13 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	name := "llama"
 	app := map[string]string{"app.kubernetes.io/name": name, "kserve.io/component": "workload"}
 	s := newScenario(t, "llmisvc", gpuNodes(3, 1), selectorOf(app))
-	spec := demo.ModelPodSpec(s.pool, app)
+	spec := testbed.ModelPodSpec(s.pool, app)
 	template, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	llm := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": demo.LLMInferenceServices.GroupVersion().String(),
+		"apiVersion": testbed.LLMInferenceServices.GroupVersion().String(),
 		"kind":       "LLMInferenceService",
 		"metadata":   map[string]any{"name": name, "namespace": s.ns},
 		"spec": map[string]any{
@@ -365,12 +365,12 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 			"template":    template,
 		},
 	}}
-	if _, err := testBed.CP.Dynamic().Resource(demo.LLMInferenceServices).Namespace(s.ns).Create(s.ctx, llm, metav1.CreateOptions{}); err != nil {
+	if _, err := testBed.CP.Dynamic().Resource(testbed.LLMInferenceServices).Namespace(s.ns).Create(s.ctx, llm, metav1.CreateOptions{}); err != nil {
 		s.fatalf("creating LLMInferenceService: %v", err)
 	}
 	s.waitModelReady(selectorOf(app), 1)
-	s.createModelPDB(demo.MinAvailablePDB(s.ns, name, app))
-	before := specJSON(s.getUnstructured(demo.LLMInferenceServices, name))
+	s.createModelPDB(testbed.MinAvailablePDB(s.ns, name, app))
+	before := specJSON(s.getUnstructured(testbed.LLMInferenceServices, name))
 
 	// Up to OpenShift AI 3.3 the guardian must be told; from 3.4 it sees v1alpha2 served and knows.
 	semantics := "--kserve-llm-nil-semantics=one"
@@ -383,7 +383,7 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	s.waitPoolUpdated()
 	s.waitRestored(selectorOf(app), 1)
 	s.assertAvailable()
-	after := s.getUnstructured(demo.LLMInferenceServices, name)
+	after := s.getUnstructured(testbed.LLMInferenceServices, name)
 	if _, found, _ := unstructured.NestedFieldNoCopy(after.Object, "spec", "replicas"); found {
 		t.Errorf("spec.replicas is set after restore, want it absent again")
 	}
@@ -416,7 +416,7 @@ func TestStatefulSet(t *testing.T) {
 					Labels:      modelLabels,
 					Annotations: map[string]string{controlplane.ReadyDelayAnnotation: loadingDelay},
 				},
-				Spec: demo.ModelPodSpec(s.pool, modelLabels),
+				Spec: testbed.ModelPodSpec(s.pool, modelLabels),
 			},
 		},
 	}
@@ -424,7 +424,7 @@ func TestStatefulSet(t *testing.T) {
 		s.fatalf("creating statefulset: %v", err)
 	}
 	s.waitModelReady(selectorOf(modelLabels), 1)
-	s.createModelPDB(demo.MinAvailablePDB(s.ns, "model", modelLabels))
+	s.createModelPDB(testbed.MinAvailablePDB(s.ns, "model", modelLabels))
 	get := func() *appsv1.StatefulSet {
 		got, err := s.kube.AppsV1().StatefulSets(s.ns).Get(s.ctx, "model", metav1.GetOptions{})
 		if err != nil {
@@ -456,11 +456,11 @@ func TestLeaderKilled(t *testing.T) {
 		"--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
 	}
 	a, b := s.spawnGuardian(election...), s.spawnGuardian(election...)
-	var leader, standby *demo.Guardian
+	var leader, standby *testbed.Guardian
 	s.eventually(30*time.Second, "one guardian to lead", func() (bool, error) {
 		ma, _ := a.Metrics(s.ctx)
 		mb, _ := b.Metrics(s.ctx)
-		switch la, lb := demo.IsLeader(ma), demo.IsLeader(mb); {
+		switch la, lb := testbed.IsLeader(ma), testbed.IsLeader(mb); {
 		case la && lb:
 			return false, fmt.Errorf("both guardians lead")
 		case la:

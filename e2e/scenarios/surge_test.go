@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/drain-guardian/drain-guardian/e2e/internal/demo"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // TestSurgeIsTheLiveViewAndTenantsCannotWriteIt: during a stall `oc get surges` shows the Surge's
@@ -36,7 +36,7 @@ func TestSurgeIsTheLiveViewAndTenantsCannotWriteIt(t *testing.T) {
 		}
 		if len(items) == 1 && !checked {
 			checked = true
-			s.note("oc get surges: %s", demo.SurgeSummary(&items[0]))
+			s.note("oc get surges: %s", testbed.SurgeSummary(&items[0]))
 			s.tenantChecks(tenant, items[0].DeepCopy())
 		}
 		seen = seen || len(items) == 1
@@ -96,7 +96,7 @@ func (s *scenario) tenantClient() dynamic.Interface {
 // tenantChecks asserts what a namespace editor may do with the guardian's Surge.
 func (s *scenario) tenantChecks(tenant dynamic.Interface, surge *unstructured.Unstructured) {
 	s.t.Helper()
-	surges := tenant.Resource(demo.Surges).Namespace(s.ns)
+	surges := tenant.Resource(testbed.Surges).Namespace(s.ns)
 	// RBAC needs a moment to see the new RoleBinding.
 	s.eventually(30*time.Second, "the tenant to list Surges", func() (bool, error) {
 		_, err := surges.List(s.ctx, metav1.ListOptions{})

@@ -1,8 +1,7 @@
 // Package demo runs drain-guardian's demonstration on a local test bed: a GPU worker pool, a
 // single-replica InferenceService whose PodDisruptionBudget blocks every drain, and a pool update
-// that completes without the model ever going down. Its building blocks (the test bed with both
-// simulators, the guardian process, the observer that records a timeline and samples the model's
-// availability) are shared with the end-to-end scenarios.
+// that completes without the model ever going down. It is told with the building blocks of package
+// testbed, which the end-to-end scenarios use too.
 package demo
 
 import (
@@ -25,6 +24,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
 // The demo's objects.
@@ -88,15 +88,15 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	say("drain-guardian demo: TIME_SCALE=%g (the MachineConfig operator runs %.0fx faster than on a real cluster)", scale, 1/scale)
 	say("starting a local control plane (the first run builds it, which takes minutes)...")
-	tb, err := StartTestBed(ctx, TestBedConfig{Dir: dir, RepoRoot: repoRoot, TimeScale: scale, Out: indent(out)})
+	tb, err := testbed.StartTestBed(ctx, testbed.TestBedConfig{Dir: dir, RepoRoot: repoRoot, TimeScale: scale, Out: indent(out)})
 	if err != nil {
 		return err
 	}
 	defer tb.Stop()
 
-	var nodes []NodeSpec
+	var nodes []testbed.NodeSpec
 	for i, zone := range []string{"zone-a", "zone-b", "zone-c"} {
-		nodes = append(nodes, NodeSpec{Name: fmt.Sprintf("gpu-worker-%d", i+1), Zone: zone, GPUs: 1})
+		nodes = append(nodes, testbed.NodeSpec{Name: fmt.Sprintf("gpu-worker-%d", i+1), Zone: zone, GPUs: 1})
 	}
 	say("creating MachineConfigPool %s with 3 GPU workers (1 nvidia.com/gpu each)...", demoPool)
 	if err := tb.CreatePool(ctx, demoPool, "rendered-gpu-workers-1", nodes); err != nil {
@@ -106,20 +106,20 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 		return err
 	}
 	kube, dyn := tb.CP.Client(), tb.CP.Dynamic()
-	isvcs := dyn.Resource(InferenceServices).Namespace(demoNamespace)
+	isvcs := dyn.Resource(testbed.InferenceServices).Namespace(demoNamespace)
 	app := map[string]string{"app": "isvc." + demoModel + "-predictor"}
 	say("creating InferenceService %s/%s (1 replica, autoscaler class hpa, pods take %s to load) and PDB minAvailable 1 on %s...",
 		demoNamespace, demoModel, demoLoading, labels.SelectorFromSet(app))
-	if _, err := isvcs.Create(ctx, InferenceService(demoNamespace, demoModel, "hpa", demoPool, demoLoading), metav1.CreateOptions{}); err != nil {
+	if _, err := isvcs.Create(ctx, testbed.InferenceService(demoNamespace, demoModel, "hpa", demoPool, demoLoading), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the InferenceService: %w", err)
 	}
-	if _, err := kube.PolicyV1().PodDisruptionBudgets(demoNamespace).Create(ctx, MinAvailablePDB(demoNamespace, demoModel+"-predictor", app), metav1.CreateOptions{}); err != nil {
+	if _, err := kube.PolicyV1().PodDisruptionBudgets(demoNamespace).Create(ctx, testbed.MinAvailablePDB(demoNamespace, demoModel+"-predictor", app), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the PDB: %w", err)
 	}
 	var modelNode string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := kube.CoreV1().Pods(demoNamespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(app).String()})
-		if err != nil || len(pods.Items) != 1 || !PodReady(&pods.Items[0]) {
+		if err != nil || len(pods.Items) != 1 || !testbed.PodReady(&pods.Items[0]) {
 			return false, nil
 		}
 		pdb, err := kube.PolicyV1().PodDisruptionBudgets(demoNamespace).Get(ctx, demoModel+"-predictor", metav1.GetOptions{})
@@ -140,10 +140,10 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 	specBefore, _ := json.Marshal(isvc.Object["spec"])
 
 	guardianLog := filepath.Join(tb.CP.LogDir(), "drain-guardian.log")
-	g, err := StartGuardian(tb.GuardianBinary, guardianLog,
+	g, err := testbed.StartGuardian(tb.GuardianBinary, guardianLog,
 		"--kubeconfig="+tb.CP.GuardianKubeconfig(),
 		"--leader-elect=false",
-		"--pool-selector="+PoolLabel+"="+demoPool,
+		"--pool-selector="+testbed.PoolLabel+"="+demoPool,
 		"--schedule-timeout=30s",
 	)
 	if err != nil {
@@ -157,12 +157,12 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 
 	say("")
 	say("updating pool %s to rendered-gpu-workers-2; timeline (seconds since the update):", demoPool)
-	obs, err := Observe(ctx, kube, dyn, tb.MCFG, Scope{
+	obs, err := testbed.Observe(ctx, kube, dyn, tb.MCFG, testbed.Scope{
 		Namespace:    demoNamespace,
 		Pool:         demoPool,
-		NodeSelector: PoolLabel + "=" + demoPool,
+		NodeSelector: testbed.PoolLabel + "=" + demoPool,
 		PodSelector:  labels.SelectorFromSet(app).String(),
-	}, func(e Entry) {
+	}, func(e testbed.Entry) {
 		if narrate(e) {
 			fmt.Fprintf(out, "  %s\n", e)
 		}
@@ -195,7 +195,7 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 				return false, nil
 			}
 			specAfter, _ = json.Marshal(cur.Object["spec"])
-			surges, err := tb.CP.Dynamic().Resource(Surges).Namespace(demoNamespace).List(ctx, metav1.ListOptions{})
+			surges, err := tb.CP.Dynamic().Resource(testbed.Surges).Namespace(demoNamespace).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, nil
 			}
@@ -221,7 +221,7 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 		say("  pool update:            %.1fs (all 3 nodes updated)", poolTook.Seconds())
 	}
 	say("  model availability:     %.1f%% (%d of %d observations every %v had a Ready replica)",
-		100*avail.Share(), avail.Available, avail.Samples, SampleInterval)
+		100*avail.Share(), avail.Available, avail.Samples, testbed.SampleInterval)
 	if avail.Samples == 0 || avail.Available != avail.Samples || avail.MinReady < 1 {
 		problems = append(problems, "the model was unavailable")
 	}
@@ -240,7 +240,7 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 
 // narrate picks the timeline entries a newcomer needs: the guardian's and the MCO's Events, node
 // and pool progress, the model's pods and replica counts, and availability changes.
-func narrate(e Entry) bool {
+func narrate(e testbed.Entry) bool {
 	switch e.Source {
 	case "event":
 		return demoReasons[e.Reason]

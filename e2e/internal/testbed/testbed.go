@@ -1,4 +1,8 @@
-package demo
+// Package testbed is what the end-to-end scenarios, the benchmarks and the demo share: a local control
+// plane with the MachineConfig operator and KServe simulators running in-process, drain-guardian
+// processes run as a user runs them, an Observer that records a timeline of a pool update and
+// samples a model's availability, and builders of the pools, models and PDBs the scenarios use.
+package testbed
 
 import (
 	"context"
@@ -7,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	mcfgclientset "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	"k8s.io/klog/v2"
@@ -30,6 +35,8 @@ type TestBedConfig struct {
 	KServe kservesim.Options
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
+	// NodeMonitorGracePeriod is passed to the control plane (see controlplane.Options).
+	NodeMonitorGracePeriod time.Duration
 }
 
 // TestBed is a running control plane with the MachineConfig operator and KServe simulators, and
@@ -68,7 +75,7 @@ func StartTestBed(ctx context.Context, cfg TestBedConfig) (*TestBed, error) {
 	if err := builder.Ensure(ctx, build.DrainGuardian); err != nil {
 		return nil, err
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: cfg.Dir, RepoRoot: root, Out: out})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: cfg.Dir, RepoRoot: root, Out: out, NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod})
 	if err != nil {
 		return nil, err
 	}
