@@ -19,7 +19,7 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale demo cluster-up cluster-down image clean
+.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -83,6 +83,15 @@ bench-scale: build ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memo
 	cd e2e && E2E_SCALE=1 E2E_SCALE_IDLE=$(SCALE_IDLE) E2E_SCALE_OUT=$(CURDIR)/.cluster/bench-scale.md \
 		$(GO) test -v -count=1 -timeout 100m -run '^TestBenchScale$$' ./scenarios/
 	@echo "table written to .cluster/bench-scale.md"
+
+# The chaos suite's seed and fault rate; make chaos CHAOS_SEED=7 CHAOS_RATE=0.2.
+CHAOS_SEED ?= 1
+CHAOS_RATE ?= 0.1
+
+chaos: build ## Pool updates under API faults, leader kills and control-plane restarts; table into docs/reliability.md (tens of minutes)
+	cd e2e && E2E_CHAOS=1 E2E_CHAOS_SEED=$(CHAOS_SEED) E2E_CHAOS_RATE=$(CHAOS_RATE) E2E_CHAOS_OUT=$(CURDIR)/docs/reliability.md \
+		$(GO) test -v -count=1 -timeout 80m -run '^TestChaos$$' ./scenarios/
+	@echo "table written to docs/reliability.md"
 
 bench: ## Benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...

@@ -62,7 +62,13 @@ type scenario struct {
 // timeline, the guardian logs and the MCO simulator's lines about the pool's nodes are logged first.
 func newScenario(t *testing.T, name string, nodes []testbed.NodeSpec, podSelector string, models ...string) *scenario {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
+	return newScenarioWithin(t, scenarioTimeout, name, nodes, podSelector, models...)
+}
+
+// newScenarioWithin is newScenario for a scenario that may take up to timeout.
+func newScenarioWithin(t *testing.T, timeout time.Duration, name string, nodes []testbed.NodeSpec, podSelector string, models ...string) *scenario {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	s := &scenario{t: t, ctx: ctx, kube: testBed.CP.Client(), name: name, ns: "e2e-" + name, pool: "e2e-" + name}
 	for i := range nodes {
 		if nodes[i].Name == "" {

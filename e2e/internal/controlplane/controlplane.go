@@ -82,9 +82,11 @@ type ControlPlane struct {
 	builder  *build.Builder
 	opts     Options
 
-	procs []*Process // in start order
+	mu    sync.Mutex
+	procs []*component // in start order
 
 	server             string
+	serverCA           []byte
 	adminKubeconfig    string
 	guardianKubeconfig string
 	config             *rest.Config
@@ -140,6 +142,9 @@ func (cp *ControlPlane) GuardianKubeconfig() string { return cp.guardianKubeconf
 // Server is the apiserver URL.
 func (cp *ControlPlane) Server() string { return cp.server }
 
+// ServerCA is the PEM of the certificate the kube-apiserver serves (self-signed, its own CA).
+func (cp *ControlPlane) ServerCA() []byte { return cp.serverCA }
+
 // Dir is the state directory.
 func (cp *ControlPlane) Dir() string { return cp.dir }
 
@@ -163,10 +168,40 @@ func (cp *ControlPlane) BinaryPath(name string) string { return cp.builder.Path(
 // seconds. It is idempotent; the state directory is kept for inspection.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
 		for i := len(cp.procs) - 1; i >= 0; i-- {
-			cp.procs[i].Stop(stopGrace)
+			cp.procs[i].proc.Stop(stopGrace)
 		}
 	})
+}
+
+// component is one process of the control plane and how to start it again.
+type component struct {
+	name, healthURL, token string
+	args                   []string
+	proc                   *Process
+}
+
+// Restart stops one component (build.Etcd, build.KubeAPIServer, ...) with SIGTERM and starts it again
+// with the same flags and state, returning once it is healthy: what a control-plane upgrade does to
+// its clients. The other components and every client see it go and come back.
+func (cp *ControlPlane) Restart(ctx context.Context, name string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, c := range cp.procs {
+		if c.name != name {
+			continue
+		}
+		c.proc.Stop(stopGrace)
+		p, err := cp.start1(ctx, c)
+		if err != nil {
+			return fmt.Errorf("restarting %s: %w", name, err)
+		}
+		c.proc = p
+		return nil
+	}
+	return fmt.Errorf("controlplane: no component %q", name)
 }
 
 func (cp *ControlPlane) start(ctx context.Context) error {
@@ -254,6 +289,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the apiserver's generated certificate: %w", err)
 	}
+	cp.serverCA = caPEM
 	if err := writeKubeconfig(cp.adminKubeconfig, cp.server, caPEM, adminUser, adminToken); err != nil {
 		return err
 	}
@@ -341,12 +377,26 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 
 // run starts a component and, when healthURL is set, waits until it answers 200 there.
 func (cp *ControlPlane) run(ctx context.Context, name string, args []string, healthURL, token string) error {
-	fmt.Fprintf(cp.out, "starting %s\n", name)
-	p, err := StartProcess(name, cp.builder.Path(name), args, filepath.Join(cp.LogDir(), name+".log"), "")
-	if err != nil {
-		return err
+	c := &component{name: name, args: args, healthURL: healthURL, token: token}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	p, err := cp.start1(ctx, c)
+	if p != nil {
+		c.proc = p
+		cp.procs = append(cp.procs, c)
 	}
-	cp.procs = append(cp.procs, p)
+	return err
+}
+
+// start1 starts c's process (appending to its log) and waits for it as run describes; the process
+// is returned, when it started, even if it did not become healthy, so that Stop stops it.
+func (cp *ControlPlane) start1(ctx context.Context, c *component) (*Process, error) {
+	name, healthURL, token := c.name, c.healthURL, c.token
+	fmt.Fprintf(cp.out, "starting %s\n", name)
+	p, err := StartProcess(name, cp.builder.Path(name), c.args, filepath.Join(cp.LogDir(), name+".log"), "")
+	if err != nil {
+		return nil, err
+	}
 	if healthURL == "" {
 		// Give a process that fails on its flags the chance to do so here rather than later.
 		select {
@@ -354,9 +404,9 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args []string, hea
 		case <-time.After(time.Second):
 		}
 		if gone, err := p.Exited(); gone {
-			return fmt.Errorf("%s %v; last log lines:\n%s", name, err, p.logTail(20))
+			return p, fmt.Errorf("%s %v; last log lines:\n%s", name, err, p.logTail(20))
 		}
-		return nil
+		return p, nil
 	}
 	// The components serve self-signed certificates on loopback; health is all that is asked here.
 	httpc := &http.Client{
@@ -385,7 +435,7 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args []string, hea
 	if err != nil && !strings.Contains(err.Error(), "last log lines") {
 		err = fmt.Errorf("%w; last log lines of %s:\n%s", err, name, p.logTail(20))
 	}
-	return err
+	return p, err
 }
 
 // poll calls cond every 200ms until it returns true or an error, or timeout passes. Conditions

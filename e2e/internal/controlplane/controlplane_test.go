@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/drain-guardian/drain-guardian/e2e/internal/build"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
 )
 
@@ -208,6 +209,25 @@ func TestControlPlane(t *testing.T) {
 		}
 		if _, err := c.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
 			t.Errorf("pod after the refused delete: %v", err)
+		}
+	})
+
+	// Last: the other subtests must not see the restarts.
+	t.Run("RestartKeepsState", func(t *testing.T) {
+		ns := createNamespace(ctx, t, c, "restart")
+		for _, name := range []string{build.Etcd, build.KubeAPIServer} {
+			start := time.Now()
+			if err := cp.Restart(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s restarted in %v", name, time.Since(start).Round(100*time.Millisecond))
+			pollT(ctx, t, "the namespace to be served again after the restart of "+name, func() (bool, error) {
+				_, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				return err == nil, nil
+			})
+		}
+		if err := cp.Restart(ctx, "no-such-component"); err == nil {
+			t.Error("restarting an unknown component succeeded")
 		}
 	})
 }
