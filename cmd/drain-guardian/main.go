@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	enableStreamingLists()
 	if err := newRootCommand().Execute(); err != nil {
 		// check ends with its own exit codes (1 and 2 are answers, not failures).
 		var exit *exitError
