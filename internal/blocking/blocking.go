@@ -112,11 +112,24 @@ func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 // Find returns the pods whose eviction a PDB refuses, with the first such PDB. pdbs lists the PDBs of
 // the pods' namespaces. Each PDB's selector is parsed once per call, whatever the number of pods.
 func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
-	type compiled struct {
-		pdb *policyv1.PodDisruptionBudget
-		sel labels.Selector
-	}
-	byNamespace := map[string][]compiled{}
+	return NewPDBIndex(pdbs).Find(pods)
+}
+
+// PDBIndex holds PDBs by namespace with their selectors parsed: parsing a selector validates every
+// key and value, which costs more than matching it, so an analysis of many nodes parses each PDB
+// once. A PDB whose selector is absent or invalid selects nothing, as for the disruption controller.
+type PDBIndex struct {
+	byNamespace map[string][]compiledPDB
+}
+
+type compiledPDB struct {
+	pdb *policyv1.PodDisruptionBudget
+	sel labels.Selector
+}
+
+// NewPDBIndex parses the selectors of pdbs.
+func NewPDBIndex(pdbs []*policyv1.PodDisruptionBudget) *PDBIndex {
+	x := &PDBIndex{byNamespace: map[string][]compiledPDB{}}
 	for _, pdb := range pdbs {
 		if pdb.Spec.Selector == nil {
 			continue
@@ -125,15 +138,20 @@ func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
 		if err != nil {
 			continue
 		}
-		byNamespace[pdb.Namespace] = append(byNamespace[pdb.Namespace], compiled{pdb, sel})
+		x.byNamespace[pdb.Namespace] = append(x.byNamespace[pdb.Namespace], compiledPDB{pdb, sel})
 	}
+	return x
+}
+
+// Find returns the pods whose eviction a PDB of the index refuses, with the first such PDB.
+func (x *PDBIndex) Find(pods []*corev1.Pod) []Blocked {
 	var out []Blocked
 	for _, pod := range pods {
 		if Skip(pod) {
 			continue
 		}
 		var matched []*policyv1.PodDisruptionBudget
-		for _, c := range byNamespace[pod.Namespace] {
+		for _, c := range x.byNamespace[pod.Namespace] {
 			if c.sel.Matches(labels.Set(pod.Labels)) {
 				matched = append(matched, c.pdb)
 			}

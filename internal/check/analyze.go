@@ -124,19 +124,16 @@ type analysis struct {
 	cl         Cluster
 	cfg        Config
 	podsByNode map[string][]*corev1.Pod
-	pdbsByNS   map[string][]*policyv1.PodDisruptionBudget
+	pdbs       *blocking.PDBIndex
 	namespaces map[string]*corev1.Namespace
 }
 
 func newAnalysis(cl Cluster, cfg Config) *analysis {
-	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*corev1.Pod{}, pdbsByNS: map[string][]*policyv1.PodDisruptionBudget{}, namespaces: map[string]*corev1.Namespace{}}
+	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*corev1.Pod{}, pdbs: blocking.NewPDBIndex(cl.PDBs), namespaces: map[string]*corev1.Namespace{}}
 	for _, p := range cl.Pods {
 		if p.Spec.NodeName != "" {
 			a.podsByNode[p.Spec.NodeName] = append(a.podsByNode[p.Spec.NodeName], p)
 		}
-	}
-	for _, p := range cl.PDBs {
-		a.pdbsByNS[p.Namespace] = append(a.pdbsByNS[p.Namespace], p)
 	}
 	for _, ns := range cl.Namespaces {
 		a.namespaces[ns.Name] = ns
@@ -225,15 +222,7 @@ type decision struct {
 // stall, decided once, as the daemon does.
 func (a *analysis) node(n *corev1.Node, poolSelected bool, cands []blocking.Candidate, held *[]*corev1.Pod) []decision {
 	pods := a.podsByNode[n.Name]
-	var pdbs []*policyv1.PodDisruptionBudget
-	seen := map[string]bool{}
-	for _, p := range pods {
-		if !seen[p.Namespace] {
-			seen[p.Namespace] = true
-			pdbs = append(pdbs, a.pdbsByNS[p.Namespace]...)
-		}
-	}
-	found := blocking.Find(pods, pdbs)
+	found := a.pdbs.Find(pods)
 	sort.SliceStable(found, func(i, j int) bool {
 		if found[i].Pod.Namespace != found[j].Pod.Namespace {
 			return found[i].Pod.Namespace < found[j].Pod.Namespace

@@ -175,7 +175,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{nodeInf.Informer(), c.handler(c.onNode)},
+		{nodeInf.Informer(), c.nodeHandler()},
 		{podInf.Informer(), c.podHandler()},
 		{pdbInf.Informer(), c.handler(c.onPDB)},
 		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},

@@ -16,6 +16,20 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
+// nodeHandler is onNode for every event but the updates that change nothing a decision reads.
+func (c *Controller) nodeHandler() cache.ResourceEventHandler {
+	h := c.handler(c.onNode).(cache.ResourceEventHandlerFuncs)
+	h.UpdateFunc = func(old, cur any) {
+		o, ok1 := old.(*corev1.Node)
+		n, ok2 := cur.(*corev1.Node)
+		if ok1 && ok2 && !nodeChanged(o, n) {
+			return
+		}
+		c.onNode(cur)
+	}
+	return h
+}
+
 // onNode re-examines the node and every Surge made for it, and the stalls deferred for capacity: a
 // node coming back from its reboot, schedulable and Ready, brings its capacity with it.
 func (c *Controller) onNode(obj any) {

@@ -3,6 +3,7 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -114,10 +115,30 @@ const slimContainer = "requests"
 
 // slimNode keeps metadata, the spec (unschedulable, taints) and what the capacity check reads
 // (allocatable, conditions); the image list, the largest part of a GPU node's status, is dropped.
+// The conditions lose their heartbeat times, which the kubelet renews on every status report: a
+// slimmed node that only reported in is equal to the cached one but for its resourceVersion (see
+// nodeChanged).
 func slimNode(n *corev1.Node) *corev1.Node {
+	conditions := make([]corev1.NodeCondition, len(n.Status.Conditions))
+	for i, c := range n.Status.Conditions {
+		c.LastHeartbeatTime = metav1.Time{}
+		conditions[i] = c
+	}
 	return &corev1.Node{
 		ObjectMeta: slimMeta(n.ObjectMeta),
 		Spec:       n.Spec,
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable, Capacity: n.Status.Capacity, Conditions: n.Status.Conditions},
+		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable, Capacity: n.Status.Capacity, Conditions: conditions},
 	}
+}
+
+// nodeChanged reports whether an update changed anything of a cached (slimmed) node but its
+// resourceVersion: on a large cluster most node updates are status reports that change nothing a
+// decision reads, and each one would otherwise re-plan the node's pool.
+func nodeChanged(old, cur *corev1.Node) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return true // a resync: the periodic re-examination is its point
+	}
+	o, c := *old, *cur
+	o.ResourceVersion, c.ResourceVersion = "", ""
+	return !equality.Semantic.DeepEqual(&o, &c)
 }

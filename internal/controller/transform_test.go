@@ -3,6 +3,7 @@ package controller
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -157,5 +158,40 @@ func TestPDBEventEnqueuesOnlyNodesWithSelectedPods(t *testing.T) {
 	}
 	if !reflect.DeepEqual(queued, []string{"w1"}) {
 		t.Fatalf("the model's PDB event queued %v, want only w1 (w4 runs another model)", queued)
+	}
+}
+
+// A node that only reported in (heartbeat times and resourceVersion moved) is no change and
+// re-plans nothing; a cordon, a label or a condition turning is one; a resync is always one.
+func TestNodeHeartbeatIsNoChange(t *testing.T) {
+	base := gpuNode("w1")
+	base.ResourceVersion = "10"
+	base.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		LastHeartbeatTime: metav1.NewTime(t0), LastTransitionTime: metav1.NewTime(t0)}}
+	cached := slimNode(base.DeepCopy())
+	next := func(mutate func(*corev1.Node)) *corev1.Node {
+		n := base.DeepCopy()
+		n.ResourceVersion = "11"
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0.Add(time.Minute))
+		mutate(n)
+		return slimNode(n)
+	}
+	if nodeChanged(cached, next(func(*corev1.Node) {})) {
+		t.Error("a heartbeat counts as a change")
+	}
+	for what, mutate := range map[string]func(*corev1.Node){
+		"cordon":    func(n *corev1.Node) { n.Spec.Unschedulable = true },
+		"label":     func(n *corev1.Node) { n.Labels["node-role.kubernetes.io/infra"] = "" },
+		"not ready": func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse },
+		"MCO state": func(n *corev1.Node) {
+			n.Annotations = map[string]string{"machineconfiguration.openshift.io/state": "Working"}
+		},
+	} {
+		if !nodeChanged(cached, next(mutate)) {
+			t.Errorf("%s is no change", what)
+		}
+	}
+	if !nodeChanged(cached, cached) {
+		t.Error("a resync (same resourceVersion) is no change")
 	}
 }
