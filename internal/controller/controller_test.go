@@ -731,3 +731,29 @@ func TestStalePDBStatusIsNoStall(t *testing.T) {
 		t.Fatalf("writes %v, want only the test's own status update", w)
 	}
 }
+
+// A surge marked Ready only after its node went through the drain (its leader died in between, or it
+// was slow), with a pod of the workload placed back on the updated node, is resolved by the drain's
+// end, not held in Ready until the node empties: that held the cluster's spare GPU, and the pool,
+// forever in the chaos suite.
+func TestReadySurgeResolvedWhenTheDrainIsOverWithAPodBackOnTheNode(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("replacement Ready but the Surge is %s", h.phase(depSurge))
+	}
+	// The MCO's drain evicts the pod, the node reboots into the new config and comes back, and the
+	// ReplicaSet's next pod lands on it.
+	h.deletePod("model-abc-a")
+	h.updateNode("w1", nodeUpdated)
+	h.addPod(modelPod("model-abc-c", "w1", true))
+	h.refresh()
+	h.settle(depSurge)
+	if s := h.surge(depSurge); s != nil && s.PhaseOf() == v1alpha1.PhaseReady {
+		t.Fatalf("the Surge is still Ready after its drain ended")
+	}
+	requireEvent(t, h.events(), "Normal", ReasonStallResolved, "The drain of node w1 is over")
+}

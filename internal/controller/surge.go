@@ -315,7 +315,11 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 	case guardian.ActEvict:
 		return c.evict(ctx, eref, s, sc.pods)
 	case guardian.ActMarkResolved:
-		if err := c.setPhase(ctx, s, v1alpha1.PhaseResolved, "DrainUnblocked", fmt.Sprintf("No pod of this workload is left on node %s; holding the surge until it is safe to restore", s.Spec.Node), obs.Now); err != nil {
+		what := fmt.Sprintf("No pod of this workload is left on node %s", s.Spec.Node)
+		if a.Reason == guardian.ReasonDrainOver {
+			what = fmt.Sprintf("The drain of node %s is over", s.Spec.Node)
+		}
+		if err := c.setPhase(ctx, s, v1alpha1.PhaseResolved, "DrainUnblocked", what+"; holding the surge until it is safe to restore", obs.Now); err != nil {
 			return 0, err
 		}
 		c.observeResolved(s, kind, obs.Now)
@@ -323,7 +327,7 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			c.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
 		}
 		c.event(eref, corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
-			"No pod of this workload is left on node %s; the drain can proceed. The surge is held until %s", s.Spec.Node, c.holdUntil(s))
+			"%s; the drain can proceed. The surge is held until %s", what, c.holdUntil(s))
 		return 0, nil
 	case guardian.ActStartRestore:
 		return 0, c.startRestore(ctx, sc, a, obs.Now)

@@ -92,6 +92,8 @@ const (
 	// ReasonPredictionMissed: a look-ahead surge's node is no longer among the MCO's next targets
 	// (pool paused, order changed, target reverted) before its drain.
 	ReasonPredictionMissed = "PredictionMissed"
+	// ReasonDrainOver, on MarkResolved: the drain ended while a pod of the workload is on the node.
+	ReasonDrainOver = "DrainOver"
 )
 
 const (
@@ -103,7 +105,8 @@ const (
 // Action is Decide's answer.
 type Action struct {
 	Kind ActionKind
-	// Reason explains a StartRestore; Failed marks a restore that undoes a surge which did not help.
+	// Reason explains a StartRestore (or, on MarkResolved, that the drain is over rather than the node
+	// empty); Failed marks a restore that undoes a surge which did not help.
 	Reason string
 	Failed bool
 	// RemoveExplicit, on RestoreFields, removes fields left at their explicit count by the first step.
@@ -153,6 +156,14 @@ func Decide(cfg Config, o Observation) Action {
 	case v1alpha1.PhaseReady:
 		if o.LiveOnNode == 0 {
 			return Action{Kind: ActMarkResolved}
+		}
+		if o.CurrentDrain != s.Spec.Drain {
+			// The drain this surge was made for is over (the node went through it, or it was called
+			// off) while a pod of the workload is on the node: one the ReplicaSet placed there after
+			// the node came back, or the blocked one, never evicted. Nothing is blocked any more, and
+			// waiting for the node to empty would hold the surge, and the capacity it takes, until the
+			// pool finishes, which it may never do while another stall waits for that capacity.
+			return Action{Kind: ActMarkResolved, Reason: ReasonDrainOver}
 		}
 		if cfg.Evict && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node) {
 			return Action{Kind: ActEvict, After: evictRetryPeriod}

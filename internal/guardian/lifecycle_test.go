@@ -54,8 +54,11 @@ func TestDecide(t *testing.T) {
 			if got.Kind == ActWait && got.After <= 0 {
 				t.Errorf("Decide() waits with After = %s; a wait must come back", got.After)
 			}
-			if got.Kind != ActStartRestore && (got.Reason != "" || got.Failed) {
-				t.Errorf("Decide() = %+v: only a StartRestore carries a reason", got)
+			if got.Kind != ActStartRestore && got.Failed || got.Kind != ActStartRestore && got.Reason != "" && got.Reason != ReasonDrainOver {
+				t.Errorf("Decide() = %+v: only a StartRestore carries a restore reason", got)
+			}
+			if got.Reason == ReasonDrainOver && got.Kind != ActMarkResolved {
+				t.Errorf("Decide() = %+v: DrainOver explains only a MarkResolved", got)
 			}
 		})
 	}
@@ -812,9 +815,19 @@ func lookaheadCases() []decideCase {
 			want: Action{Kind: ActMarkResolved},
 		},
 		{
-			name: "MCO drain trigger is not restored for a drain id mismatch", phase: v1alpha1.PhaseReady,
+			// Unlike a prediction, a drain that was called off is not a reason to restore: the
+			// surge is held as any resolved one, by the restore policy.
+			name: "MCO drain called off with the pod still there: resolved, not restored", phase: v1alpha1.PhaseReady,
 			obs:  func(o *Observation) { o.Node = oldNode(); o.CurrentDrain = "" },
-			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+			want: Action{Kind: ActMarkResolved, Reason: ReasonDrainOver},
+		},
+		{
+			// Found by the chaos suite: the Surge was marked Ready after the MCO had evicted the pod,
+			// the node rebooted, and the ReplicaSet put a pod back on it. Waiting for the node to
+			// empty held the spare GPU until the pool finished, which the next stall kept it from.
+			name: "drain over, a pod placed back on the updated node: resolved", phase: v1alpha1.PhaseReady,
+			obs:  func(o *Observation) { o.Node = updatedNode(); o.CurrentDrain = "" },
+			want: Action{Kind: ActMarkResolved, Reason: ReasonDrainOver},
 		},
 	}
 }
