@@ -51,13 +51,17 @@ type chaosCase struct {
 	restart string
 }
 
+// chaosLoading is how long the models of the full suite take to turn Ready: long enough for a few
+// leaders to come and go while a replacement loads.
+const chaosLoading = "6s"
+
 // chaosCases are the pool scenarios of the full suite.
 var chaosCases = []chaosCase{
-	{name: "chaos-deployment", nodes: 3, models: []model{{name: "m1", kind: "Deployment"}}, restart: build.KubeAPIServer},
-	{name: "chaos-isvc", nodes: 3, models: []model{{name: "m1", kind: "InferenceService"}}, restart: build.Etcd},
-	{name: "chaos-llmisvc", nodes: 3, models: []model{{name: "m1", kind: "LLMInferenceService"}}},
-	{name: "chaos-models", nodes: 6, models: []model{{name: "m1", kind: "Deployment"}, {name: "m2", kind: "Deployment"}, {name: "m3", kind: "Deployment"}}},
-	{name: "chaos-one-spare", nodes: 5, models: []model{{name: "d1", kind: "Deployment"}, {name: "isvc1", kind: "InferenceService"}, {name: "llm1", kind: "LLMInferenceService"}, {name: "d2", kind: "Deployment"}}},
+	{name: "chaos-deployment", nodes: 3, models: []model{{name: "m1", kind: "Deployment", readyDelay: chaosLoading}}, restart: build.KubeAPIServer},
+	{name: "chaos-isvc", nodes: 3, models: []model{{name: "m1", kind: "InferenceService", readyDelay: chaosLoading}}, restart: build.Etcd},
+	{name: "chaos-llmisvc", nodes: 3, models: []model{{name: "m1", kind: "LLMInferenceService", readyDelay: chaosLoading}}},
+	{name: "chaos-models", nodes: 6, models: []model{{name: "m1", kind: "Deployment", readyDelay: chaosLoading}, {name: "m2", kind: "Deployment", readyDelay: chaosLoading}, {name: "m3", kind: "Deployment", readyDelay: chaosLoading}}},
+	{name: "chaos-one-spare", nodes: 5, models: []model{{name: "d1", kind: "Deployment", readyDelay: chaosLoading}, {name: "isvc1", kind: "InferenceService", readyDelay: chaosLoading}, {name: "llm1", kind: "LLMInferenceService", readyDelay: chaosLoading}, {name: "d2", kind: "Deployment", readyDelay: chaosLoading}}},
 }
 
 // chaosRow is what one case measured.
@@ -202,18 +206,18 @@ func runChaos(t *testing.T, c chaosCase, seed uint64, rate float64, row *chaosRo
 			int(p.Status.UpdatedMachineCount) == len(s.nodes), nil
 	})
 	row.pool = time.Since(start)
-	stopChaos()
-	wg.Wait()
-	if c.restart != "" {
-		row.restart = <-restarted
-	}
-	// The faults go on: the restore must get through them too.
+	// The faults and the kills go on: the restore must get through them too.
 	s.eventually(3*time.Minute, "no Surge left and every model back to one Ready replica", func() (bool, error) {
 		if s.hasSurge() {
 			return false, nil
 		}
 		return s.obs.ReadyPods() >= 1 && inv.atOriginal(), nil
 	})
+	stopChaos()
+	wg.Wait()
+	if c.restart != "" {
+		row.restart = <-restarted
+	}
 
 	row.avail = s.obs.StopSampling()
 	row.faults = proxy.Counts()
@@ -554,6 +558,20 @@ func (f *guardianFleet) supervise(ctx context.Context) {
 	}
 }
 
+// other returns the running guardian that is not g, or nil.
+func (f *guardianFleet) other(g *testbed.Guardian) *testbed.Guardian {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, o := range f.slots {
+		if o != nil && o != g {
+			if gone, _ := o.Exited(); !gone {
+				return o
+			}
+		}
+	}
+	return nil
+}
+
 // leader returns the guardian that reports leading, or nil.
 func (f *guardianFleet) leader(ctx context.Context) *testbed.Guardian {
 	f.mu.Lock()
@@ -576,11 +594,12 @@ func (f *guardianFleet) errors() []error {
 	return append([]error(nil), f.errs...)
 }
 
-// The killer waits between killMin and killMax before it kills the leader again (if one leads by
-// then): a leader lives a few seconds, enough to sync and write, not enough to finish a surge.
-const killMin, killMax = 2 * time.Second, 8 * time.Second
+// A leader lives between killMin and killMax once the killer has seen it lead, unless a Surge phase
+// is seen for the first time first: long enough to sync and write, not to finish a surge.
+const killMin, killMax = 500 * time.Millisecond, 4 * time.Second
 
-// killer SIGKILLs the leader at random moments and at the first sight of each Surge phase.
+// killer SIGKILLs the leader at random moments of its leadership and at the first sight of each
+// Surge phase, and now and then the standby with it.
 type killer struct {
 	rng   *rand.Rand
 	fleet *guardianFleet
@@ -593,26 +612,54 @@ type killer struct {
 
 func (k *killer) run(ctx context.Context, s *scenario) {
 	for {
-		wait := killMin + time.Duration(k.rng.Float64()*float64(killMax-killMin))
+		g := k.waitLeader(ctx)
+		if g == nil {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(killMin + time.Duration(k.rng.Float64()*float64(killMax-killMin))):
 		case <-k.inv.newPhase:
 		}
-		g := k.fleet.leader(ctx)
-		if g == nil {
+		if g = k.fleet.leader(ctx); g == nil {
 			continue
 		}
 		phases := k.inv.currentPhases()
 		s.note("CHAOS: SIGKILL the leader (pid %d) while Surges are %v", g.Pid(), phases)
 		g.Kill()
-		k.mu.Lock()
-		k.kills++
-		for _, p := range phases {
-			k.killedIn[p]++
+		k.count(phases)
+		// One time in three the standby goes too: for a second no guardian runs at all.
+		if k.rng.IntN(3) == 0 {
+			if other := k.fleet.other(g); other != nil {
+				s.note("CHAOS: SIGKILL the standby (pid %d) as well", other.Pid())
+				other.Kill()
+				k.count(phases)
+			}
 		}
-		k.mu.Unlock()
+	}
+}
+
+func (k *killer) count(phases []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.kills++
+	for _, p := range phases {
+		k.killedIn[p]++
+	}
+}
+
+// waitLeader polls until a guardian leads; nil when ctx ends first.
+func (k *killer) waitLeader(ctx context.Context) *testbed.Guardian {
+	for {
+		if g := k.fleet.leader(ctx); g != nil {
+			return g
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
