@@ -132,7 +132,7 @@ func TestChaosQuick(t *testing.T) {
 	if row.kills < 2 {
 		t.Errorf("%d kills, want at least 2", row.kills)
 	}
-	if total(row.faults) == 0 {
+	if faultproxy.Sum(row.faults) == 0 {
 		t.Error("no fault was injected")
 	}
 }
@@ -719,14 +719,6 @@ func (s *scenario) leaseTransitions() int32 {
 	return *l.Spec.LeaseTransitions
 }
 
-func total(counts map[faultproxy.Fault]int) int {
-	n := 0
-	for _, c := range counts {
-		n += c
-	}
-	return n
-}
-
 // formatChaos renders the rows as a Markdown table with a totals line.
 func formatChaos(seed uint64, rate float64, rows []*chaosRow) string {
 	var b strings.Builder
@@ -736,7 +728,7 @@ func formatChaos(seed uint64, rate float64, rows []*chaosRow) string {
 	var faults, kills, below, doubles, leaks int
 	killedIn := map[string]int{}
 	for _, r := range rows {
-		faults += total(r.faults)
+		faults += faultproxy.Sum(r.faults)
 		kills += r.kills
 		below, doubles, leaks = below+r.below, doubles+r.doubles, leaks+r.leaks
 		for p, n := range r.killedIn {
@@ -751,7 +743,7 @@ func formatChaos(seed uint64, rate float64, rows []*chaosRow) string {
 			result = "**failed**"
 		}
 		fmt.Fprintf(&b, "| %s | %d: %s | %d (%s) | %d | %s | %.1f %% (%d/%d) | %d | %d | %d | %.1f s | %s |\n",
-			r.name, total(r.faults), faultproxy.Summary(r.faults), r.kills, phaseSummary(r.killedIn), r.leaderChanges, restart,
+			r.name, faultproxy.Sum(r.faults), faultproxy.Summary(r.faults), r.kills, phaseSummary(r.killedIn), r.leaderChanges, restart,
 			100*r.avail.Share(), r.avail.Available, r.avail.Samples, r.below, r.doubles, r.leaks, r.pool.Seconds(), result)
 	}
 	if len(rows) > 1 {

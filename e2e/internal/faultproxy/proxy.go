@@ -194,9 +194,12 @@ func (p *Proxy) Counts() map[Fault]int {
 }
 
 // Total is the number of faults injected so far.
-func (p *Proxy) Total() int {
+func (p *Proxy) Total() int { return Sum(p.Counts()) }
+
+// Sum adds up counts.
+func Sum(counts map[Fault]int) int {
 	n := 0
-	for _, c := range p.Counts() {
+	for _, c := range counts {
 		n += c
 	}
 	return n
