@@ -175,7 +175,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{nodeInf.Informer(), c.nodeHandler()},
+		{nodeInf.Informer(), c.handler(c.onNode)},
 		{podInf.Informer(), c.podHandler()},
 		{pdbInf.Informer(), c.handler(c.onPDB)},
 		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
@@ -348,8 +348,12 @@ func (c *Controller) enqueueAll() {
 // handler adapts one callback to informer events, unwrapping deletion tombstones.
 func (c *Controller) handler(f func(obj any)) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    f,
-		UpdateFunc: func(_, obj any) { f(obj) },
+		AddFunc: f,
+		UpdateFunc: func(old, obj any) {
+			if changed(old, obj) {
+				f(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj

@@ -16,20 +16,6 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
-// nodeHandler is onNode for every event but the updates that change nothing a decision reads.
-func (c *Controller) nodeHandler() cache.ResourceEventHandler {
-	h := c.handler(c.onNode).(cache.ResourceEventHandlerFuncs)
-	h.UpdateFunc = func(old, cur any) {
-		o, ok1 := old.(*corev1.Node)
-		n, ok2 := cur.(*corev1.Node)
-		if ok1 && ok2 && !nodeChanged(o, n) {
-			return
-		}
-		c.onNode(cur)
-	}
-	return h
-}
-
 // onNode re-examines the node and every Surge made for it, and the stalls deferred for capacity: a
 // node coming back from its reboot, schedulable and Ready, brings its capacity with it.
 func (c *Controller) onNode(obj any) {
@@ -52,8 +38,12 @@ func (c *Controller) onNode(obj any) {
 // capacity: the deleted pod's requests are free now.
 func (c *Controller) podHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onPod,
-		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		AddFunc: c.onPod,
+		UpdateFunc: func(old, obj any) {
+			if changed(old, obj) {
+				c.onPod(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj

@@ -131,14 +131,29 @@ func slimNode(n *corev1.Node) *corev1.Node {
 	}
 }
 
-// nodeChanged reports whether an update changed anything of a cached (slimmed) node but its
-// resourceVersion: on a large cluster most node updates are status reports that change nothing a
-// decision reads, and each one would otherwise re-plan the node's pool.
-func nodeChanged(old, cur *corev1.Node) bool {
-	if old.ResourceVersion == cur.ResourceVersion {
-		return true // a resync: the periodic re-examination is its point
+// changed reports whether an update changed anything of a cached (slimmed) Pod or Node but its
+// resourceVersion; any other kind always counts as changed. On a large cluster most node updates are
+// status reports that change nothing a decision reads (heartbeats are dropped by slimNode), and a
+// pod's status writes often touch only what slimPod drops (container statuses, IPs); each such
+// update would otherwise re-examine nodes and re-run the prediction.
+func changed(old, cur any) bool {
+	switch c := cur.(type) {
+	case *corev1.Pod:
+		o, ok := old.(*corev1.Pod)
+		if !ok || o.ResourceVersion == c.ResourceVersion {
+			return true // a resync: the periodic re-examination is its point
+		}
+		a, b := *o, *c
+		a.ResourceVersion, b.ResourceVersion = "", ""
+		return !equality.Semantic.DeepEqual(&a, &b)
+	case *corev1.Node:
+		o, ok := old.(*corev1.Node)
+		if !ok || o.ResourceVersion == c.ResourceVersion {
+			return true
+		}
+		a, b := *o, *c
+		a.ResourceVersion, b.ResourceVersion = "", ""
+		return !equality.Semantic.DeepEqual(&a, &b)
 	}
-	o, c := *old, *cur
-	o.ResourceVersion, c.ResourceVersion = "", ""
-	return !equality.Semantic.DeepEqual(&o, &c)
+	return true
 }

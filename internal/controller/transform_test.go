@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -176,7 +177,7 @@ func TestNodeHeartbeatIsNoChange(t *testing.T) {
 		mutate(n)
 		return slimNode(n)
 	}
-	if nodeChanged(cached, next(func(*corev1.Node) {})) {
+	if changed(cached, next(func(*corev1.Node) {})) {
 		t.Error("a heartbeat counts as a change")
 	}
 	for what, mutate := range map[string]func(*corev1.Node){
@@ -187,11 +188,47 @@ func TestNodeHeartbeatIsNoChange(t *testing.T) {
 			n.Annotations = map[string]string{"machineconfiguration.openshift.io/state": "Working"}
 		},
 	} {
-		if !nodeChanged(cached, next(mutate)) {
+		if !changed(cached, next(mutate)) {
 			t.Errorf("%s is no change", what)
 		}
 	}
-	if !nodeChanged(cached, cached) {
+	if !changed(cached, cached) {
 		t.Error("a resync (same resourceVersion) is no change")
+	}
+}
+
+// A pod status write that touches only what the transform drops (container statuses, IPs) is no
+// change; the pod turning not Ready, or being deleted, is one.
+func TestPodStatusNoiseIsNoChange(t *testing.T) {
+	base := richPod()
+	base.ResourceVersion = "10"
+	cached := slimPod(base.DeepCopy())
+	next := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := base.DeepCopy()
+		p.ResourceVersion = "11"
+		p.Status.PodIP = "10.128.0.99"
+		mutate(p)
+		return slimPod(p)
+	}
+	if changed(cached, next(func(p *corev1.Pod) { p.Status.ContainerStatuses = nil })) {
+		t.Error("a status write of dropped fields counts as a change")
+	}
+	for what, mutate := range map[string]func(*corev1.Pod){
+		"not ready": func(p *corev1.Pod) {
+			for i := range p.Status.Conditions {
+				if p.Status.Conditions[i].Type == corev1.PodReady {
+					p.Status.Conditions[i].Status = corev1.ConditionFalse
+				}
+			}
+		},
+		"deleted": func(p *corev1.Pod) { now := metav1.NewTime(t0); p.DeletionTimestamp = &now },
+		"bound":   func(p *corev1.Pod) { p.Spec.NodeName = "w9" },
+	} {
+		if !changed(cached, next(mutate)) {
+			t.Errorf("%s is no change", what)
+		}
+	}
+	if !changed(&policyv1.PodDisruptionBudget{}, &policyv1.PodDisruptionBudget{}) {
+		t.Error("a PDB update is no change")
 	}
 }
