@@ -88,7 +88,7 @@ bench-scale: build ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memo
 CHAOS_SEED ?= 1
 CHAOS_RATE ?= 0.1
 
-chaos: build ## Pool updates under API faults, leader kills and control-plane restarts; table into docs/reliability.md (tens of minutes)
+chaos: build ## Pool updates under API faults, leader kills and control-plane restarts; table into docs/reliability.md (about 8 minutes)
 	cd e2e && E2E_CHAOS=1 E2E_CHAOS_SEED=$(CHAOS_SEED) E2E_CHAOS_RATE=$(CHAOS_RATE) E2E_CHAOS_OUT=$(CURDIR)/docs/reliability.md \
 		$(GO) test -v -count=1 -timeout 80m -run '^TestChaos$$' ./scenarios/
 	@echo "table written to docs/reliability.md"
