@@ -114,9 +114,9 @@ func (c *Controller) onPDB(obj any) {
 		return
 	}
 	for _, n := range c.state.watchedNodes() {
-		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n)
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok && p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
+		pods, _ := c.podsOn(n)
+		for _, p := range pods {
+			if p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
 				c.enqueueNode(n)
 				break
 			}

@@ -5,7 +5,6 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
@@ -134,21 +133,8 @@ func (c *Controller) lookaheadFits(st stall, delta int) bool {
 func (c *Controller) unservedStalls(nodes []*corev1.Node) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, n := range nodes {
-		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n.Name)
-		var pods []*corev1.Pod
-		namespaces := map[string]bool{}
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				pods = append(pods, p)
-				namespaces[p.Namespace] = true
-			}
-		}
-		var pdbs []*policyv1.PodDisruptionBudget
-		for ns := range namespaces {
-			list, _ := c.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
-			pdbs = append(pdbs, list...)
-		}
-		for _, b := range blocking.Find(pods, pdbs) {
+		blocked, _ := c.blockedOn(n.Name)
+		for _, b := range blocked {
 			if c.hasSurge(b.Pod) {
 				continue
 			}

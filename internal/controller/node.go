@@ -60,28 +60,9 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	if pool != nil {
 		stats.pool = pool.Name
 	}
-	pods, err := c.podIndexer.ByIndex(nodeNameIndex, name)
+	blocked, err := c.blockedOn(name)
 	if err != nil {
 		return 0, err
-	}
-	var live []*corev1.Pod
-	for _, o := range pods {
-		if p, ok := o.(*corev1.Pod); ok {
-			live = append(live, p)
-		}
-	}
-	var pdbs []*policyv1.PodDisruptionBudget
-	namespaces := map[string]bool{}
-	for _, p := range live {
-		if namespaces[p.Namespace] {
-			continue
-		}
-		namespaces[p.Namespace] = true
-		nsPDBs, err := c.pdbs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
-		if err != nil {
-			return 0, err
-		}
-		pdbs = append(pdbs, nsPDBs...)
 	}
 	var after time.Duration
 	var errs []error
@@ -89,7 +70,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	// surge attempt would only meet the first one's write as a conflict).
 	decided := map[types.UID]string{}
 	capacity := &capacitySnapshot{c: c}
-	for _, b := range blocking.Find(live, pdbs) {
+	for _, b := range blocked {
 		if !c.inScope(b.Pod.Namespace) {
 			continue
 		}
@@ -429,13 +410,8 @@ func (c *Controller) candidates() []blocking.Candidate {
 	nodes, _ := c.nodes.List(labels.Everything())
 	out := make([]blocking.Candidate, 0, len(nodes))
 	for _, n := range nodes {
-		objs, _ := c.podIndexer.ByIndex(nodeNameIndex, n.Name)
-		cand := blocking.Candidate{Node: n}
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				cand.Pods = append(cand.Pods, p)
-			}
-		}
+		pods, _ := c.podsOn(n.Name)
+		cand := blocking.Candidate{Node: n, Pods: pods}
 		cand.Used = blocking.UsedBy(cand.Pods)
 		out = append(out, cand)
 	}
@@ -497,4 +473,41 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 		return fmt.Sprintf("minAvailable %s requires every replica", pdb.Spec.MinAvailable.String())
 	}
 	return fmt.Sprintf("more than %d replicas would be needed", blocking.MaxSurge)
+}
+
+// podsOn returns the cached pods bound to the node.
+func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) {
+	objs, err := c.podIndexer.ByIndex(nodeNameIndex, node)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
+// blockedOn returns the pods on the node whose eviction a PDB of their namespace refuses.
+func (c *Controller) blockedOn(node string) ([]blocking.Blocked, error) {
+	pods, err := c.podsOn(node)
+	if err != nil {
+		return nil, err
+	}
+	var pdbs []*policyv1.PodDisruptionBudget
+	namespaces := map[string]bool{}
+	for _, p := range pods {
+		if namespaces[p.Namespace] {
+			continue
+		}
+		namespaces[p.Namespace] = true
+		list, err := c.pdbs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		pdbs = append(pdbs, list...)
+	}
+	return blocking.Find(pods, pdbs), nil
 }

@@ -117,7 +117,7 @@ const slimContainer = "requests"
 // (allocatable, conditions); the image list, the largest part of a GPU node's status, is dropped.
 // The conditions lose their heartbeat times, which the kubelet renews on every status report: a
 // slimmed node that only reported in is equal to the cached one but for its resourceVersion (see
-// nodeChanged).
+// changed).
 func slimNode(n *corev1.Node) *corev1.Node {
 	conditions := make([]corev1.NodeCondition, len(n.Status.Conditions))
 	for i, c := range n.Status.Conditions {
@@ -140,20 +140,20 @@ func changed(old, cur any) bool {
 	switch c := cur.(type) {
 	case *corev1.Pod:
 		o, ok := old.(*corev1.Pod)
-		if !ok || o.ResourceVersion == c.ResourceVersion {
-			return true // a resync: the periodic re-examination is its point
-		}
-		a, b := *o, *c
-		a.ResourceVersion, b.ResourceVersion = "", ""
-		return !equality.Semantic.DeepEqual(&a, &b)
+		return !ok || changedBesidesVersion(*o, *c, func(p *corev1.Pod) *string { return &p.ResourceVersion })
 	case *corev1.Node:
 		o, ok := old.(*corev1.Node)
-		if !ok || o.ResourceVersion == c.ResourceVersion {
-			return true
-		}
-		a, b := *o, *c
-		a.ResourceVersion, b.ResourceVersion = "", ""
-		return !equality.Semantic.DeepEqual(&a, &b)
+		return !ok || changedBesidesVersion(*o, *c, func(n *corev1.Node) *string { return &n.ResourceVersion })
 	}
 	return true
+}
+
+// changedBesidesVersion compares two copies of an object whose resourceVersions rv points at: a
+// resync (the same resourceVersion) counts as a change, the periodic re-examination being its point.
+func changedBesidesVersion[T any](old, cur T, rv func(*T) *string) bool {
+	if *rv(&old) == *rv(&cur) {
+		return true
+	}
+	*rv(&old), *rv(&cur) = "", ""
+	return !equality.Semantic.DeepEqual(&old, &cur)
 }
