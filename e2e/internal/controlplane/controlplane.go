@@ -80,7 +80,8 @@ type ControlPlane struct {
 	repoRoot string
 	out      io.Writer
 	builder  *build.Builder
-	opts     Options
+	// nodeMonitorGracePeriod is Options.NodeMonitorGracePeriod.
+	nodeMonitorGracePeriod time.Duration
 
 	mu    sync.Mutex
 	procs []*component // in start order
@@ -117,13 +118,13 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		out = io.Discard
 	}
 	cp := &ControlPlane{
-		dir:                dir,
-		repoRoot:           root,
-		out:                out,
-		builder:            build.New(root, out),
-		opts:               opts,
-		adminKubeconfig:    filepath.Join(dir, "kubeconfig"),
-		guardianKubeconfig: filepath.Join(dir, "guardian.kubeconfig"),
+		dir:                    dir,
+		repoRoot:               root,
+		out:                    out,
+		builder:                build.New(root, out),
+		nodeMonitorGracePeriod: opts.NodeMonitorGracePeriod,
+		adminKubeconfig:        filepath.Join(dir, "kubeconfig"),
+		guardianKubeconfig:     filepath.Join(dir, "guardian.kubeconfig"),
 	}
 	if err := cp.start(ctx); err != nil {
 		cp.Stop()
@@ -319,8 +320,8 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--kube-api-qps=5000",
 		"--kube-api-burst=10000",
 	}
-	if cp.opts.NodeMonitorGracePeriod > 0 {
-		kcmArgs = append(kcmArgs, "--node-monitor-grace-period="+cp.opts.NodeMonitorGracePeriod.String())
+	if cp.nodeMonitorGracePeriod > 0 {
+		kcmArgs = append(kcmArgs, "--node-monitor-grace-period="+cp.nodeMonitorGracePeriod.String())
 	}
 	if err := cp.run(ctx, build.KubeControllerManager, kcmArgs, fmt.Sprintf("https://%s/healthz", hostPort(kcmPort)), ""); err != nil {
 		return err
