@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimepkg "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -144,9 +145,19 @@ func BenchmarkScaleCapacitySnapshot(b *testing.B) {
 // cluster) with three nodes under drain.
 func BenchmarkScalePDBEvent(b *testing.B) {
 	h := scaleHarness(b)
-	budget, err := h.c.pdbs.PodDisruptionBudgets("ns-7").Get("svc-7")
+	// svc-7's namespace follows from the order scaleCluster creates pods in: look it up.
+	all, err := h.c.pdbs.List(labels.Everything())
 	if err != nil {
 		b.Fatal(err)
+	}
+	var budget *policyv1.PodDisruptionBudget
+	for _, p := range all {
+		if p.Name == "svc-7" {
+			budget = p
+		}
+	}
+	if budget == nil {
+		b.Fatal("no PDB svc-7 in the scale cluster")
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
