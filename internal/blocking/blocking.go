@@ -12,10 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-)
 
-// mirrorPodAnnotation marks a static pod's mirror in the API; the Eviction API cannot remove those.
-const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+)
 
 // Unsatisfiable reasons: why adding replicas cannot make a PDB allow a disruption.
 const (
@@ -35,7 +34,7 @@ const MaxSurge = 10
 
 // Blocked is a pod whose eviction a PDB refuses.
 type Blocked struct {
-	Pod *corev1.Pod
+	Pod *podinfo.Pod
 	PDB *policyv1.PodDisruptionBudget
 	// MultiplePDBs: more than one PDB selects the pod. The Eviction API refuses such a pod outright,
 	// whatever the budgets allow, so no surge can help.
@@ -44,14 +43,14 @@ type Blocked struct {
 
 // Skip reports whether the pod takes no part in a drain decision: DaemonSet and mirror pods are left on
 // the node by the MCO's drain, terminal pods are gone already, and a pod being deleted is leaving anyway.
-func Skip(pod *corev1.Pod) bool {
+func Skip(pod *podinfo.Pod) bool {
 	if pod.DeletionTimestamp != nil {
 		return true
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Finished() {
 		return true
 	}
-	if _, ok := pod.Annotations[mirrorPodAnnotation]; ok {
+	if _, ok := pod.Annotations[podinfo.MirrorAnnotation]; ok {
 		return true
 	}
 	if c := metav1.GetControllerOf(pod); c != nil && c.Kind == "DaemonSet" {
@@ -62,7 +61,7 @@ func Skip(pod *corev1.Pod) bool {
 
 // Selects reports whether pdb selects pod. In policy/v1 a nil selector selects nothing and an empty
 // one selects every pod of the namespace.
-func Selects(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+func Selects(pdb *policyv1.PodDisruptionBudget, pod *podinfo.Pod) bool {
 	if pdb.Namespace != pod.Namespace || pdb.Spec.Selector == nil {
 		return false
 	}
@@ -73,20 +72,10 @@ func Selects(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 	return sel.Matches(labels.Set(pod.Labels))
 }
 
-// PodReady reports whether the pod's Ready condition is True.
-func PodReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // blocks reports whether pdb refuses to evict pod, as the Eviction API decides it: no disruption allowed,
 // except that an unhealthy pod may go when the budget is otherwise met (IfHealthyBudget) or always
 // (AlwaysAllow).
-func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
+func blocks(pdb *policyv1.PodDisruptionBudget, pod *podinfo.Pod) bool {
 	// The Eviction API does not consult PDBs for a pod that is not running yet.
 	if pod.Status.Phase == corev1.PodPending {
 		return false
@@ -98,7 +87,7 @@ func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 	if pdb.Status.DisruptionsAllowed > 0 {
 		return false
 	}
-	if !PodReady(pod) {
+	if !pod.Ready() {
 		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
 			return false
 		}
@@ -111,7 +100,7 @@ func blocks(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
 
 // Find returns the pods whose eviction a PDB refuses, with the first such PDB. pdbs lists the PDBs of
 // the pods' namespaces. Each PDB's selector is parsed once per call, whatever the number of pods.
-func Find(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
+func Find(pods []*podinfo.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
 	return NewPDBIndex(pdbs).Find(pods)
 }
 
@@ -144,7 +133,7 @@ func NewPDBIndex(pdbs []*policyv1.PodDisruptionBudget) *PDBIndex {
 }
 
 // Find returns the pods whose eviction a PDB of the index refuses, with the first such PDB.
-func (x *PDBIndex) Find(pods []*corev1.Pod) []Blocked {
+func (x *PDBIndex) Find(pods []*podinfo.Pod) []Blocked {
 	var out []Blocked
 	for _, pod := range pods {
 		if Skip(pod) {
@@ -170,10 +159,10 @@ func (x *PDBIndex) Find(pods []*corev1.Pod) []Blocked {
 // selected (the namespace's pods the PDB selects): the disruption controller has not caught up with a
 // pod that just turned Ready, and the budget is about to allow a disruption. A stall seen then is
 // stale; acting on it would surge a workload whose drain is about to go through.
-func StatusBehind(pdb *policyv1.PodDisruptionBudget, selected []*corev1.Pod) bool {
+func StatusBehind(pdb *policyv1.PodDisruptionBudget, selected []*podinfo.Pod) bool {
 	var healthy int32
 	for _, p := range selected {
-		if p.DeletionTimestamp == nil && PodReady(p) {
+		if p.DeletionTimestamp == nil && p.Ready() {
 			healthy++
 		}
 	}

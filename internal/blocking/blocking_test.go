@@ -132,7 +132,7 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Find([]*corev1.Pod{tt.pod}, []*policyv1.PodDisruptionBudget{tt.pdb})
+			got := Find(infos(tt.pod), []*policyv1.PodDisruptionBudget{tt.pdb})
 			if !tt.wantBlocked {
 				if len(got) != 0 {
 					t.Fatalf("Find() = %d blocked pods, want none", len(got))
@@ -142,7 +142,7 @@ func TestFind(t *testing.T) {
 			if len(got) != 1 {
 				t.Fatalf("Find() = %d blocked pods, want 1", len(got))
 			}
-			if got[0].Pod != tt.pod || got[0].PDB != tt.pdb {
+			if got[0].Pod.UID != tt.pod.UID || got[0].Pod.Name != tt.pod.Name || got[0].PDB != tt.pdb {
 				t.Errorf("Find() = {%s, %s}, want {%s, %s}", got[0].Pod.Name, got[0].PDB.Name, tt.pod.Name, tt.pdb.Name)
 			}
 		})
@@ -155,11 +155,11 @@ func TestFindPodUnderSeveralPDBs(t *testing.T) {
 	allowing := pdb("allowing", 1, 2, 1)
 	blocking1 := pdb("blocking-1", 0, 1, 1)
 	p1 := readyPod("p1")
-	got := Find([]*corev1.Pod{p1}, []*policyv1.PodDisruptionBudget{allowing, blocking1})
-	if len(got) != 1 || got[0].Pod != p1 || !got[0].MultiplePDBs {
+	got := Find(infos(p1), []*policyv1.PodDisruptionBudget{allowing, blocking1})
+	if len(got) != 1 || got[0].Pod.Name != p1.Name || !got[0].MultiplePDBs {
 		t.Fatalf("Find() = %+v, want p1 flagged MultiplePDBs", got)
 	}
-	if got := Find([]*corev1.Pod{p1}, []*policyv1.PodDisruptionBudget{allowing}); len(got) != 0 {
+	if got := Find(infos(p1), []*policyv1.PodDisruptionBudget{allowing}); len(got) != 0 {
 		t.Fatalf("Find() with one allowing PDB = %+v, want none", got)
 	}
 }
@@ -169,7 +169,7 @@ func TestFindPendingPodIsNotBlocked(t *testing.T) {
 	p := readyPod("p")
 	p.Status.Phase = corev1.PodPending
 	p.Status.Conditions = nil
-	if got := Find([]*corev1.Pod{p}, []*policyv1.PodDisruptionBudget{pdb("b", 0, 0, 1)}); len(got) != 0 {
+	if got := Find(infos(p), []*policyv1.PodDisruptionBudget{pdb("b", 0, 0, 1)}); len(got) != 0 {
 		t.Fatalf("Find() = %+v, want a Pending pod not blocked", got)
 	}
 }
@@ -276,7 +276,7 @@ func TestStatusBehind(t *testing.T) {
 		{"fewer Ready pods than the status says (a pod left): not behind, the budget only gets stricter", []*corev1.Pod{notReady}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := StatusBehind(pdb, tc.pods); got != tc.want {
+			if got := StatusBehind(pdb, infos(tc.pods...)); got != tc.want {
 				t.Fatalf("StatusBehind = %v, want %v", got, tc.want)
 			}
 		})

@@ -7,15 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // Candidate is a node with the pods that run on it, as read from the listers.
 type Candidate struct {
 	Node *corev1.Node
-	Pods []*corev1.Pod
+	Pods []*podinfo.Pod
 	// Used is what Pods request (see UsedBy); nil means "add it up from Pods". A caller that checks
 	// many pods against one snapshot computes it once per node instead of once per check.
 	Used corev1.ResourceList
@@ -23,13 +23,13 @@ type Candidate struct {
 
 // UsedBy adds up what the pods request, skipping those that finished (Succeeded, Failed): the
 // scheduler's view of a node's used resources.
-func UsedBy(pods []*corev1.Pod) corev1.ResourceList {
+func UsedBy(pods []*podinfo.Pod) corev1.ResourceList {
 	used := corev1.ResourceList{}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Finished() {
 			continue
 		}
-		addTo(used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+		addTo(used, p.Spec.Requests)
 	}
 	return used
 }
@@ -47,7 +47,7 @@ func addTo(sum, add corev1.ResourceList) {
 // without running it: the node is Ready and schedulable, untolerated NoSchedule/NoExecute taints,
 // nodeSelector and required node affinity, required pod anti-affinity on the hostname, and free
 // allocatable resources for every resource the pod requests (nvidia.com/gpu included).
-func FitsElsewhere(pod *corev1.Pod, candidates []Candidate) (string, bool) {
+func FitsElsewhere(pod *podinfo.Pod, candidates []Candidate) (string, bool) {
 	for _, c := range candidates {
 		if fits(pod, pod.Spec.NodeName, c) {
 			return c.Node.Name, true
@@ -61,13 +61,13 @@ func FitsElsewhere(pod *corev1.Pod, candidates []Candidate) (string, bool) {
 // own node that fits it, counting what the earlier placements take. It returns how many copies of pod
 // found a place and the resources the others request: what is missing for them. Preemption is never
 // counted on: a replacement has the priority of the pod it replaces.
-func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) (int, corev1.ResourceList) {
+func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate) (int, corev1.ResourceList) {
 	cands := make([]Candidate, len(candidates))
 	copy(cands, candidates)
 	// Placements add to a node's pods and used resources: copy those of a node on its first
 	// placement, never the caller's.
 	copied := make([]bool, len(cands))
-	place := func(p *corev1.Pod, exclude string) bool {
+	place := func(p *podinfo.Pod, exclude string) bool {
 		for i := range cands {
 			if !fits(p, exclude, cands[i]) {
 				continue
@@ -83,7 +83,7 @@ func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) 
 				cands[i].Pods = cands[i].Pods[:len(cands[i].Pods):len(cands[i].Pods)]
 			}
 			cands[i].Pods = append(cands[i].Pods, p)
-			addTo(cands[i].Used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+			addTo(cands[i].Used, p.Spec.Requests)
 			return true
 		}
 		return false
@@ -98,7 +98,7 @@ func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) 
 			placed++
 			continue
 		}
-		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		for name, q := range pod.Spec.Requests {
 			sum := missing[name]
 			sum.Add(q)
 			missing[name] = sum
@@ -109,7 +109,7 @@ func Fit(pod *corev1.Pod, n int, pending []*corev1.Pod, candidates []Candidate) 
 
 // fits reports whether a copy of pod could be scheduled on the candidate, which must not be the
 // excluded node (the one the pod is to leave).
-func fits(pod *corev1.Pod, exclude string, c Candidate) bool {
+func fits(pod *podinfo.Pod, exclude string, c Candidate) bool {
 	n := c.Node
 	if n.Name == exclude || n.Spec.Unschedulable || !nodeReady(n) {
 		return false
@@ -119,7 +119,7 @@ func fits(pod *corev1.Pod, exclude string, c Candidate) bool {
 	}); untolerated {
 		return false
 	}
-	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
+	if !pod.Spec.MatchesNode(n) {
 		return false
 	}
 	if antiAffinityConflict(pod, c.Pods) {
@@ -129,7 +129,7 @@ func fits(pod *corev1.Pod, exclude string, c Candidate) bool {
 	if used == nil {
 		used = UsedBy(c.Pods)
 	}
-	return resourcesFit(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), n.Status.Allocatable, used)
+	return resourcesFit(pod.Spec.Requests, n.Status.Allocatable, used)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -163,7 +163,7 @@ func resourcesFit(requests, allocatable, used corev1.ResourceList) bool {
 // antiAffinityConflict reports whether a required pod anti-affinity term on the hostname topology
 // excludes a node running pods. Other topology keys need the scheduler's view of every domain and are
 // left to it.
-func antiAffinityConflict(pod *corev1.Pod, onNode []*corev1.Pod) bool {
+func antiAffinityConflict(pod *podinfo.Pod, onNode []*podinfo.Pod) bool {
 	if pod.Spec.Affinity == nil || pod.Spec.Affinity.PodAntiAffinity == nil {
 		return false
 	}
@@ -189,11 +189,6 @@ func antiAffinityConflict(pod *corev1.Pod, onNode []*corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// Requests returns what the pod requests, as the scheduler counts it.
-func Requests(pod *corev1.Pod) corev1.ResourceList {
-	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
 
 // IsExtended reports whether a resource name is an extended resource (nvidia.com/gpu), as the API

@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 const gpu corev1.ResourceName = "nvidia.com/gpu"
@@ -14,47 +16,47 @@ func TestFitsElsewhere(t *testing.T) {
 	tests := []struct {
 		name       string
 		pod        *corev1.Pod
-		candidates []Candidate
+		candidates []cand
 		want       string // "" means no fit
 	}{
 		{
 			name:       "GPU free on another node",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates: []cand{{Node: readyNode("node-b", 1)}},
 			want:       "node-b",
 		},
 		{
 			name:       "GPU of the other node taken",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+			candidates: []cand{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
 		},
 		{
 			name:       "GPU held by a finished pod is free",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{withPhase(gpuPod("done", "node-b", 1), corev1.PodSucceeded)}}},
+			candidates: []cand{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{withPhase(gpuPod("done", "node-b", 1), corev1.PodSucceeded)}}},
 			want:       "node-b",
 		},
 		{
 			name:       "two GPUs wanted, one free",
 			pod:        gpuPod("blocked", "node-a", 2),
-			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+			candidates: []cand{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
 		},
 		{
 			name:       "node without GPUs",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: readyNode("node-b", 0)}},
+			candidates: []cand{{Node: readyNode("node-b", 0)}},
 		},
 		{
 			name: "the pod's own node is excluded",
 			pod:  gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{
+			candidates: []cand{
 				{Node: readyNode("node-a", 4)},
 			},
 		},
 		{
 			name: "cordoned node skipped, next one fits",
 			pod:  gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{
+			candidates: []cand{
 				{Node: cordoned(readyNode("node-b", 1))},
 				{Node: readyNode("node-c", 1)},
 			},
@@ -63,27 +65,27 @@ func TestFitsElsewhere(t *testing.T) {
 		{
 			name:       "cordoned node",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: cordoned(readyNode("node-b", 1))}},
+			candidates: []cand{{Node: cordoned(readyNode("node-b", 1))}},
 		},
 		{
 			name:       "NotReady node",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: notReady(readyNode("node-b", 1))}},
+			candidates: []cand{{Node: notReady(readyNode("node-b", 1))}},
 		},
 		{
 			name:       "untolerated NoSchedule taint",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
+			candidates: []cand{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
 		},
 		{
 			name:       "untolerated NoExecute taint",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoExecute)}},
+			candidates: []cand{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoExecute)}},
 		},
 		{
 			name:       "PreferNoSchedule taint does not exclude",
 			pod:        gpuPod("blocked", "node-a", 1),
-			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectPreferNoSchedule)}},
+			candidates: []cand{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectPreferNoSchedule)}},
 			want:       "node-b",
 		},
 		{
@@ -93,7 +95,7 @@ func TestFitsElsewhere(t *testing.T) {
 				p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
 				return p
 			}(),
-			candidates: []Candidate{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
+			candidates: []cand{{Node: tainted(readyNode("node-b", 1), corev1.TaintEffectNoSchedule)}},
 			want:       "node-b",
 		},
 		{
@@ -103,7 +105,7 @@ func TestFitsElsewhere(t *testing.T) {
 				p.Spec.NodeSelector = map[string]string{"gpu.model": "h100"}
 				return p
 			}(),
-			candidates: []Candidate{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
+			candidates: []cand{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
 		},
 		{
 			name: "nodeSelector match",
@@ -112,7 +114,7 @@ func TestFitsElsewhere(t *testing.T) {
 				p.Spec.NodeSelector = map[string]string{"gpu.model": "h100"}
 				return p
 			}(),
-			candidates: []Candidate{
+			candidates: []cand{
 				{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")},
 				{Node: labeled(readyNode("node-c", 1), "gpu.model", "h100")},
 			},
@@ -129,17 +131,17 @@ func TestFitsElsewhere(t *testing.T) {
 				}}
 				return p
 			}(),
-			candidates: []Candidate{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
+			candidates: []cand{{Node: labeled(readyNode("node-b", 1), "gpu.model", "a100")}},
 		},
 		{
 			name:       "required anti-affinity on hostname: a replica already runs there",
 			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
-			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
+			candidates: []cand{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
 		},
 		{
 			name: "required anti-affinity on hostname: the matching pod is in another namespace",
 			pod:  antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
-			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{func() *corev1.Pod {
+			candidates: []cand{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{func() *corev1.Pod {
 				p := gpuPod("sibling", "node-b", 1)
 				p.Namespace = "elsewhere"
 				return p
@@ -149,13 +151,13 @@ func TestFitsElsewhere(t *testing.T) {
 		{
 			name:       "required anti-affinity on hostname: no matching pod",
 			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
-			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{withLabels(gpuPod("other", "node-b", 1), map[string]string{"app": "other"})}}},
+			candidates: []cand{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{withLabels(gpuPod("other", "node-b", 1), map[string]string{"app": "other"})}}},
 			want:       "node-b",
 		},
 		{
 			name:       "anti-affinity on a zone is left to the scheduler",
 			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelTopologyZone),
-			candidates: []Candidate{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
+			candidates: []cand{{Node: readyNode("node-b", 2), Pods: []*corev1.Pod{gpuPod("sibling", "node-b", 1)}}},
 			want:       "node-b",
 		},
 		{
@@ -165,7 +167,7 @@ func TestFitsElsewhere(t *testing.T) {
 				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("3")
 				return p
 			}(),
-			candidates: []Candidate{{Node: readyNode("node-b", 0), Pods: []*corev1.Pod{func() *corev1.Pod {
+			candidates: []cand{{Node: readyNode("node-b", 0), Pods: []*corev1.Pod{func() *corev1.Pod {
 				p := gpuPod("other", "node-b", 0)
 				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
 				return p
@@ -179,7 +181,7 @@ func TestFitsElsewhere(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := FitsElsewhere(tt.pod, tt.candidates)
+			got, ok := FitsElsewhere(podinfo.From(tt.pod), candidates(tt.candidates))
 			if ok != (tt.want != "") || got != tt.want {
 				t.Errorf("FitsElsewhere() = (%q, %v), want (%q, %v)", got, ok, tt.want, tt.want != "")
 			}
@@ -268,7 +270,7 @@ func TestFit(t *testing.T) {
 		pod         *corev1.Pod
 		n           int
 		pending     []*corev1.Pod
-		candidates  []Candidate
+		candidates  []cand
 		wantPlaced  int
 		wantMissing int64 // GPUs missing; the other requests scale with it
 	}{
@@ -276,14 +278,14 @@ func TestFit(t *testing.T) {
 			name:       "one copy on a free GPU",
 			pod:        blocked,
 			n:          1,
-			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates: []cand{{Node: readyNode("node-b", 1)}},
 			wantPlaced: 1,
 		},
 		{
 			name:        "two copies, one free GPU",
 			pod:         blocked,
 			n:           2,
-			candidates:  []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates:  []cand{{Node: readyNode("node-b", 1)}},
 			wantPlaced:  1,
 			wantMissing: 1,
 		},
@@ -291,14 +293,14 @@ func TestFit(t *testing.T) {
 			name:        "two copies, no free GPU",
 			pod:         blocked,
 			n:           2,
-			candidates:  []Candidate{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
+			candidates:  []cand{{Node: readyNode("node-b", 1), Pods: []*corev1.Pod{gpuPod("other", "node-b", 1)}}},
 			wantMissing: 2,
 		},
 		{
 			name:        "earlier copies take what they use",
 			pod:         blocked,
 			n:           3,
-			candidates:  []Candidate{{Node: readyNode("node-b", 2)}},
+			candidates:  []cand{{Node: readyNode("node-b", 2)}},
 			wantPlaced:  2,
 			wantMissing: 1,
 		},
@@ -307,7 +309,7 @@ func TestFit(t *testing.T) {
 			pod:         blocked,
 			n:           1,
 			pending:     []*corev1.Pod{pending("other-replacement", 1)},
-			candidates:  []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates:  []cand{{Node: readyNode("node-b", 1)}},
 			wantMissing: 1,
 		},
 		{
@@ -315,7 +317,7 @@ func TestFit(t *testing.T) {
 			pod:        blocked,
 			n:          1,
 			pending:    []*corev1.Pod{pending("other-replacement", 1)},
-			candidates: []Candidate{{Node: readyNode("node-b", 1)}, {Node: readyNode("node-c", 1)}},
+			candidates: []cand{{Node: readyNode("node-b", 1)}, {Node: readyNode("node-c", 1)}},
 			wantPlaced: 1,
 		},
 		{
@@ -323,28 +325,28 @@ func TestFit(t *testing.T) {
 			pod:        blocked,
 			n:          1,
 			pending:    []*corev1.Pod{pending("huge", 8)},
-			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates: []cand{{Node: readyNode("node-b", 1)}},
 			wantPlaced: 1,
 		},
 		{
 			name:        "the pod's own node is never used",
 			pod:         blocked,
 			n:           1,
-			candidates:  []Candidate{{Node: readyNode("node-a", 4)}},
+			candidates:  []cand{{Node: readyNode("node-a", 4)}},
 			wantMissing: 1,
 		},
 		{
 			name:       "the pod's own node is skipped, another one used",
 			pod:        blocked,
 			n:          1,
-			candidates: []Candidate{{Node: readyNode("node-a", 4)}, {Node: readyNode("node-b", 1)}},
+			candidates: []cand{{Node: readyNode("node-a", 4)}, {Node: readyNode("node-b", 1)}},
 			wantPlaced: 1,
 		},
 		{
 			name:        "hostname anti-affinity: the first copy excludes its node for the second",
 			pod:         antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
 			n:           2,
-			candidates:  []Candidate{{Node: readyNode("node-b", 2)}},
+			candidates:  []cand{{Node: readyNode("node-b", 2)}},
 			wantPlaced:  1,
 			wantMissing: 1,
 		},
@@ -352,21 +354,21 @@ func TestFit(t *testing.T) {
 			name:       "hostname anti-affinity: one copy per node",
 			pod:        antiAffine(gpuPod("blocked", "node-a", 1), corev1.LabelHostname),
 			n:          2,
-			candidates: []Candidate{{Node: readyNode("node-b", 2)}, {Node: readyNode("node-c", 2)}},
+			candidates: []cand{{Node: readyNode("node-b", 2)}, {Node: readyNode("node-c", 2)}},
 			wantPlaced: 2,
 		},
 		{
 			name:       "without anti-affinity both copies share a node",
 			pod:        blocked,
 			n:          2,
-			candidates: []Candidate{{Node: readyNode("node-b", 2)}},
+			candidates: []cand{{Node: readyNode("node-b", 2)}},
 			wantPlaced: 2,
 		},
 		{
 			name: "cordoned and NotReady nodes skipped",
 			pod:  blocked,
 			n:    2,
-			candidates: []Candidate{
+			candidates: []cand{
 				{Node: cordoned(readyNode("node-b", 4))},
 				{Node: notReady(readyNode("node-c", 4))},
 				{Node: readyNode("node-d", 1)},
@@ -378,18 +380,19 @@ func TestFit(t *testing.T) {
 			name:       "no copy asked",
 			pod:        blocked,
 			n:          0,
-			candidates: []Candidate{{Node: readyNode("node-b", 1)}},
+			candidates: []cand{{Node: readyNode("node-b", 1)}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := podCounts(tt.candidates)
-			placed, missing := Fit(tt.pod, tt.n, tt.pending, tt.candidates)
+			cands := candidates(tt.candidates)
+			before := podCounts(cands)
+			placed, missing := Fit(podinfo.From(tt.pod), tt.n, infos(tt.pending...), cands)
 			if placed != tt.wantPlaced {
 				t.Errorf("Fit() placed %d, want %d", placed, tt.wantPlaced)
 			}
 			want := corev1.ResourceList{}
-			for name, q := range Requests(tt.pod) {
+			for name, q := range podinfo.From(tt.pod).Spec.Requests {
 				total := q.DeepCopy()
 				total.Set(q.Value() * tt.wantMissing)
 				if tt.wantMissing > 0 {
@@ -402,7 +405,7 @@ func TestFit(t *testing.T) {
 			if g := missing[gpu]; g.Value() != tt.wantMissing {
 				t.Errorf("Fit() missing %s = %s, want %d", gpu, g.String(), tt.wantMissing)
 			}
-			if after := podCounts(tt.candidates); !equalInts(before, after) {
+			if after := podCounts(cands); !equalInts(before, after) {
 				t.Errorf("Fit() changed the candidates' pods: %v before, %v after", before, after)
 			}
 		})
@@ -412,30 +415,16 @@ func TestFit(t *testing.T) {
 // The candidates come from the listers and are reused for the next stall: what Fit places is
 // hypothetical and must not leak into them, even when a pod slice has spare capacity.
 func TestFitDoesNotModifyCandidates(t *testing.T) {
-	pods := make([]*corev1.Pod, 0, 8)
-	pods = append(pods, gpuPod("other", "node-b", 1))
+	pods := make([]*podinfo.Pod, 0, 8)
+	pods = append(pods, podinfo.From(gpuPod("other", "node-b", 1)))
 	candidates := []Candidate{{Node: readyNode("node-b", 3), Pods: pods}}
-	first, _ := Fit(gpuPod("blocked", "node-a", 1), 2, nil, candidates)
-	second, _ := Fit(gpuPod("blocked", "node-a", 1), 2, nil, candidates)
+	first, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates)
+	second, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates)
 	if first != 2 || second != 2 {
 		t.Errorf("Fit() placed %d then %d on the same candidates, want 2 both times", first, second)
 	}
 	if len(candidates[0].Pods) != 1 || candidates[0].Pods[:cap(pods)][1] != nil {
 		t.Error("Fit() wrote into the candidates' pod slice")
-	}
-}
-
-func TestRequests(t *testing.T) {
-	p := gpuPod("blocked", "node-a", 2)
-	p.Spec.InitContainers = []corev1.Container{{Name: "download", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("3"),
-	}}}}
-	got := Requests(p)
-	if cpu := got[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("3")) != 0 {
-		t.Errorf("Requests() cpu = %s, want 3 (an init container's request counts when larger)", cpu.String())
-	}
-	if g := got[gpu]; g.Value() != 2 {
-		t.Errorf("Requests() %s = %s, want 2", gpu, g.String())
 	}
 }
 

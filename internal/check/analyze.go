@@ -19,12 +19,13 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // Workloads is what Analyze reads about the owners of blocked pods; *workload.Store implements it.
 type Workloads interface {
-	Resolve(pod *corev1.Pod) (*workload.Target, error)
+	Resolve(pod metav1.Object) (*workload.Target, error)
 	Get(ref workload.Ref) (*workload.Object, error)
 	PodOwner(ref workload.Ref) (*workload.PodOwnerState, error)
 }
@@ -32,13 +33,13 @@ type Workloads interface {
 // Cluster is the snapshot Analyze works on, read from informer listers.
 type Cluster struct {
 	Nodes      []*corev1.Node
-	Pods       []*corev1.Pod
+	Pods       []*podinfo.Pod
 	PDBs       []*policyv1.PodDisruptionBudget
 	Namespaces []*corev1.Namespace
 	// Pools are the MachineConfigPools; nil in cordon mode (--mco=false, or no MachineConfigPool API).
 	Pools []*mcfgv1.MachineConfigPool
 	// Pending are the unscheduled replacements of surges in flight: the scheduler places them first.
-	Pending   []*corev1.Pod
+	Pending   []*podinfo.Pod
 	Workloads Workloads
 }
 
@@ -123,13 +124,13 @@ func byName(nodes []*corev1.Node) []*corev1.Node {
 type analysis struct {
 	cl         Cluster
 	cfg        Config
-	podsByNode map[string][]*corev1.Pod
+	podsByNode map[string][]*podinfo.Pod
 	pdbs       *blocking.PDBIndex
 	namespaces map[string]*corev1.Namespace
 }
 
 func newAnalysis(cl Cluster, cfg Config) *analysis {
-	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*corev1.Pod{}, pdbs: blocking.NewPDBIndex(cl.PDBs), namespaces: map[string]*corev1.Namespace{}}
+	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*podinfo.Pod{}, pdbs: blocking.NewPDBIndex(cl.PDBs), namespaces: map[string]*corev1.Namespace{}}
 	for _, p := range cl.Pods {
 		if p.Spec.NodeName != "" {
 			a.podsByNode[p.Spec.NodeName] = append(a.podsByNode[p.Spec.NodeName], p)
@@ -145,7 +146,7 @@ func newAnalysis(cl Cluster, cfg Config) *analysis {
 func (a *analysis) pool(name string, selected bool, maxUnavailable int, order []*corev1.Node, stage map[string]string) Pool {
 	p := Pool{Name: name, MaxUnavailable: max(1, maxUnavailable), Nodes: []Node{}}
 	// held are the replacements placed so far that still take capacity when the next one is placed.
-	var held []*corev1.Pod
+	var held []*podinfo.Pod
 	var waveTimes []time.Duration
 	var t surgeTimes
 	for start := 0; start < len(order); start += p.MaxUnavailable {
@@ -220,7 +221,7 @@ type decision struct {
 
 // node decides every pod that would block n's drain. Several blocked pods of one workload are one
 // stall, decided once, as the daemon does.
-func (a *analysis) node(n *corev1.Node, poolSelected bool, cands []blocking.Candidate, held *[]*corev1.Pod) []decision {
+func (a *analysis) node(n *corev1.Node, poolSelected bool, cands []blocking.Candidate, held *[]*podinfo.Pod) []decision {
 	pods := a.podsByNode[n.Name]
 	found := a.pdbs.Find(pods)
 	sort.SliceStable(found, func(i, j int) bool {
@@ -251,7 +252,7 @@ func (a *analysis) node(n *corev1.Node, poolSelected bool, cands []blocking.Cand
 }
 
 // decide mirrors the daemon's handling of one blocked pod (controller.handleBlocked) without acting.
-func (a *analysis) decide(b blocking.Blocked, poolSelected bool, cands []blocking.Candidate, held *[]*corev1.Pod) decision {
+func (a *analysis) decide(b blocking.Blocked, poolSelected bool, cands []blocking.Candidate, held *[]*podinfo.Pod) decision {
 	d := decision{Block: Block{Namespace: b.Pod.Namespace, Pod: b.Pod.Name, PDB: b.PDB.Name, Regarding: &corev1.ObjectReference{
 		Kind: "Pod", APIVersion: "v1", Namespace: b.Pod.Namespace, Name: b.Pod.Name, UID: b.Pod.UID,
 	}}}
@@ -312,11 +313,11 @@ func (a *analysis) decide(b blocking.Blocked, poolSelected bool, cands []blockin
 		d.Changes = append(d.Changes, Change{Path: f.Path, From: f.Original, To: f.Set})
 	}
 	d.Replicas = delta
-	placed, missing := blocking.Fit(b.Pod, int(delta), append(append([]*corev1.Pod{}, a.cl.Pending...), *held...), cands)
+	placed, missing := blocking.Fit(b.Pod, int(delta), append(append([]*podinfo.Pod{}, a.cl.Pending...), *held...), cands)
 	for range placed {
-		*held = append(*held, replacement(b.Pod))
+		*held = append(*held, b.Pod.Unscheduled(b.Pod.Name))
 	}
-	d.Extra = extended(blocking.Requests(b.Pod), int64(delta))
+	d.Extra = extended(b.Pod.Spec.Requests, int64(delta))
 	if placed < int(delta) {
 		d.Changes = nil
 		d.Missing = quantities(missing)
@@ -362,14 +363,6 @@ func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
 		out = append(out, blocking.Candidate{Node: n, Pods: a.podsByNode[n.Name]})
 	}
 	return out
-}
-
-// replacement is the pod the scheduler will have to place for a surge of pod's workload.
-func replacement(pod *corev1.Pod) *corev1.Pod {
-	r := pod.DeepCopy()
-	r.Spec.NodeName = ""
-	r.Status = corev1.PodStatus{Phase: corev1.PodPending}
-	return r
 }
 
 // plan sums up the pool's blocks and the extended resources their surges take.
@@ -431,7 +424,7 @@ func (a *analysis) free() map[string]int64 {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
 			}
-			for name, q := range extended(blocking.Requests(p), 1) {
+			for name, q := range extended(p.Spec.Requests, 1) {
 				used[name] += q
 			}
 		}

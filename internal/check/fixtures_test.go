@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -84,21 +85,28 @@ func (c *cluster) pool() *mcfgv1.MachineConfigPool {
 }
 
 // pod adds a Ready, running pod labelled app=name on node, requesting gpus GPUs.
-func (c *cluster) pod(name, node string, gpus int64, owner *metav1.OwnerReference) *corev1.Pod {
+func (c *cluster) pod(name, node string, gpus int64, owner *metav1.OwnerReference) *podinfo.Pod {
+	return c.labelledPod(name, node, gpus, owner, map[string]string{"app": name})
+}
+
+// labelledPod adds a Ready, running pod with labels on node, requesting gpus GPUs, as the informers
+// cache it.
+func (c *cluster) labelledPod(name, node string, gpus int64, owner *metav1.OwnerReference, labels map[string]string) *podinfo.Pod {
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	if gpus > 0 {
 		requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
 	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: models, UID: types.UID(name + "-uid"), Labels: map[string]string{"app": name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: models, UID: types.UID(name + "-uid"), Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "server", Resources: corev1.ResourceRequirements{Requests: requests}}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	if owner != nil {
 		p.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
-	c.snap.Pods = append(c.snap.Pods, p)
-	return p
+	info := podinfo.From(p)
+	c.snap.Pods = append(c.snap.Pods, info)
+	return info
 }
 
 // pdb adds a PDB over app=app with minAvailable 1 (or the given spec) that allows no disruption: one
@@ -228,8 +236,7 @@ func mixed(t *testing.T) *cluster {
 	d := c.deployment("mistral", "gpu-b", 1, nil)
 	d.Annotations = map[string]string{workload.IgnoreAnnotation: "true"}
 	c.deployment("web", "cpu-c", 0, nil)
-	second := c.pod("web-2", "cpu-c", 0, ctrl("apps/v1", "ReplicaSet", "web-5d9"))
-	second.Labels["app"] = "web"
+	c.labelledPod("web-2", "cpu-c", 0, ctrl("apps/v1", "ReplicaSet", "web-5d9"), map[string]string{"app": "web"})
 	c.statefulSet("db", "cpu-c")
 	c.pdb("db", "db", nil, ptr.To(intstr.FromInt32(0)))
 	c.pod("batch", "cpu-c", 0, nil)

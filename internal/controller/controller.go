@@ -14,7 +14,6 @@ import (
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -37,6 +36,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -85,7 +85,7 @@ type Controller struct {
 	dynamicFactory dynamicinformer.DynamicSharedInformerFactory
 
 	nodes      corelisters.NodeLister
-	pods       corelisters.PodLister
+	pods       podinfo.Lister
 	podIndexer cache.Indexer
 	pdbs       policylisters.PodDisruptionBudgetLister
 	namespaces corelisters.NamespaceLister
@@ -155,14 +155,15 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	ssInf := c.kubeFactory.Apps().V1().StatefulSets()
 	hpaInf := c.kubeFactory.Autoscaling().V2().HorizontalPodAutoscalers()
 	if err := podInf.Informer().AddIndexers(cache.Indexers{nodeNameIndex: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		if p, ok := obj.(*podinfo.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
 		}
 		return nil, nil
 	}}); err != nil {
 		return nil, err
 	}
-	c.nodes, c.pods, c.podIndexer = nodeInf.Lister(), podInf.Lister(), podInf.Informer().GetIndexer()
+	c.nodes, c.podIndexer = nodeInf.Lister(), podInf.Informer().GetIndexer()
+	c.pods = podinfo.Lister{Indexer: c.podIndexer}
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
 	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL}

@@ -24,6 +24,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -246,7 +247,7 @@ func TestAutoRestoreOnceTheSurvivorRunsOnAnUpdatedNode(t *testing.T) {
 	}
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "SurvivorsOnUpdatedNodes")
 	onW2, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-b", metav1.GetOptions{})
-	if onW2.Annotations[deletionCostAnnotation] != leaveFirstCost {
+	if onW2.Annotations[podinfo.DeletionCostAnnotation] != leaveFirstCost {
 		t.Fatal("the pod on the node still to update was not marked to go first")
 	}
 }
@@ -618,10 +619,10 @@ func TestRestoreSteersScaleDownOffNodesStillToUpdate(t *testing.T) {
 	}
 	onW2, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-b", metav1.GetOptions{})
 	onW1, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-c", metav1.GetOptions{})
-	if onW2.Annotations[deletionCostAnnotation] != leaveFirstCost {
-		t.Fatalf("pod on the node still to update has deletion cost %q", onW2.Annotations[deletionCostAnnotation])
+	if onW2.Annotations[podinfo.DeletionCostAnnotation] != leaveFirstCost {
+		t.Fatalf("pod on the node still to update has deletion cost %q", onW2.Annotations[podinfo.DeletionCostAnnotation])
 	}
-	if _, ok := onW1.Annotations[deletionCostAnnotation]; ok {
+	if _, ok := onW1.Annotations[podinfo.DeletionCostAnnotation]; ok {
 		t.Fatal("the pod on the updated node was marked to go")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -170,7 +171,7 @@ const (
 
 // evict asks the Eviction API to remove a pod; the guardian never deletes one. A 429 (the PDB does
 // not allow it yet) is no error: the caller retries shortly.
-func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *corev1.Pod, node string) (evictResult, error) {
+func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *podinfo.Pod, node string) (evictResult, error) {
 	if e.c.opts.DryRun {
 		return evictRefused, e.dryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
 	}
@@ -193,18 +194,18 @@ func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *corev
 }
 
 // setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.
-func (e *executor) setDeletionCost(ctx context.Context, p *corev1.Pod, cost string) error {
+func (e *executor) setDeletionCost(ctx context.Context, p *podinfo.Pod, cost string) error {
 	if e.c.opts.DryRun {
 		return errDryRun
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": p.ResourceVersion,
-		"annotations":     map[string]string{deletionCostAnnotation: cost},
+		"annotations":     map[string]string{podinfo.DeletionCostAnnotation: cost},
 	}})
 	e.wrote("pods", "patch")
 	_, err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return e.failed(p, "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
+		return e.failed(p.Ref(), "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -60,7 +61,7 @@ func (c *Controller) podHandler() cache.ResourceEventHandler {
 // replacement turning Ready or a blocked pod leaving moves a surge along. A namespace holds few Surges
 // (one per surged workload), so matching them all is cheaper than resolving the pod's owner.
 func (c *Controller) onPod(obj any) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*podinfo.Pod)
 	if !ok {
 		return
 	}

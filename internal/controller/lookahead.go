@@ -9,6 +9,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // Look-ahead results, the lookahead_total metric's label.
@@ -123,15 +124,15 @@ func (c *Controller) lookaheadFits(st stall, delta int) bool {
 			cands = append(cands, cand)
 		}
 	}
-	pending := append(append([]*corev1.Pod{}, st.capacity.pendingReplacements()...), c.unservedStalls(plan.Updating)...)
+	pending := append(append([]*podinfo.Pod{}, st.capacity.pendingReplacements()...), c.unservedStalls(plan.Updating)...)
 	placed, _ := blocking.Fit(st.Pod, delta, pending, cands)
 	return placed == delta
 }
 
 // unservedStalls returns, for every pod blocked on the given nodes whose workload has no Surge yet,
 // an unscheduled copy: the replacement that stall will ask for, which comes before any look-ahead.
-func (c *Controller) unservedStalls(nodes []*corev1.Node) []*corev1.Pod {
-	var out []*corev1.Pod
+func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
+	var out []*podinfo.Pod
 	for _, n := range nodes {
 		blocked, _ := c.blockedOn(n.Name)
 		for _, b := range blocked {
@@ -145,7 +146,7 @@ func (c *Controller) unservedStalls(nodes []*corev1.Node) []*corev1.Pod {
 }
 
 // hasSurge reports whether the pod's workload has a Surge (of any phase) already.
-func (c *Controller) hasSurge(pod *corev1.Pod) bool {
+func (c *Controller) hasSurge(pod *podinfo.Pod) bool {
 	target, err := c.store.Resolve(pod)
 	if err != nil {
 		return false
@@ -155,8 +156,6 @@ func (c *Controller) hasSurge(pod *corev1.Pod) bool {
 }
 
 // unscheduledCopy is a stand-in for a replacement of pod the scheduler has still to place.
-func unscheduledCopy(pod *corev1.Pod) *corev1.Pod {
-	cp := pod.DeepCopy()
-	cp.Name, cp.UID, cp.Spec.NodeName = cp.Name+"-replacement", "", ""
-	return cp
+func unscheduledCopy(pod *podinfo.Pod) *podinfo.Pod {
+	return pod.Unscheduled(pod.Name + "-replacement")
 }

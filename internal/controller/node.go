@@ -21,6 +21,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -204,12 +205,12 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 	target, err := c.store.Resolve(pod)
 	var unsup *workload.UnsupportedError
 	if errors.As(err, &unsup) {
-		return 0, c.unresolvable(st, pod, "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+		return 0, c.unresolvable(st, pod.Ref(), "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
 			"Pod blocks the drain of node %s (PDB %s allows no disruption) and cannot be surged: %s", node.Name, st.PDB.Name, unsup.Detail), nil
 	}
 	var notServed *workload.NotServedError
 	if errors.As(err, &notServed) {
-		return 0, c.unresolvable(st, pod, "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+		return 0, c.unresolvable(st, pod.Ref(), "Pod", ReasonUnsupportedOwner, guardian.ReasonUnsupported,
 			"Pod blocks the drain of node %s; it belongs to a %s, but this cluster does not serve that API (or the guardian has not synced it yet)", node.Name, notServed.Kind), nil
 	}
 	if err != nil {
@@ -218,7 +219,7 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 	obj, err := c.store.Get(target.Ref)
 	if apierrors.IsForbidden(err) && target.Ref.ViaScale() {
 		gv, _ := schema.ParseGroupVersion(target.Ref.APIVersion)
-		return 0, c.unresolvable(st, pod, string(target.Ref.Kind), ReasonUnsupportedOwner, guardian.ReasonUnsupported,
+		return 0, c.unresolvable(st, pod.Ref(), string(target.Ref.Kind), ReasonUnsupportedOwner, guardian.ReasonUnsupported,
 			"Pod blocks the drain of node %s; its owner %s %s has a /scale subresource, but the guardian may not use it: grant get and patch on %s/scale in API group %q",
 			node.Name, target.Ref.Kind, target.Ref.Name, target.Ref.Resource, gv.Group), nil
 	}
@@ -375,8 +376,8 @@ func (c *Controller) inFlight() int {
 
 // pendingReplacements lists the unscheduled pods of workloads with a stall in flight: the scheduler
 // will place them before any new replacement, so the capacity check counts them first.
-func (c *Controller) pendingReplacements() []*corev1.Pod {
-	var out []*corev1.Pod
+func (c *Controller) pendingReplacements() []*podinfo.Pod {
+	var out []*podinfo.Pod
 	for _, s := range c.surges.List() {
 		if !guardian.InFlight(s.PhaseOf()) {
 			continue
@@ -424,7 +425,7 @@ func (c *Controller) candidates() []blocking.Candidate {
 type capacitySnapshot struct {
 	c       *Controller
 	cands   []blocking.Candidate
-	pending []*corev1.Pod
+	pending []*podinfo.Pod
 	built   bool
 }
 
@@ -439,13 +440,13 @@ func (s *capacitySnapshot) candidates() []blocking.Candidate {
 	return s.cands
 }
 
-func (s *capacitySnapshot) pendingReplacements() []*corev1.Pod {
+func (s *capacitySnapshot) pendingReplacements() []*podinfo.Pod {
 	s.build()
 	return s.pending
 }
 
 // reserve counts n replacements of pod, just asked for, as pending.
-func (s *capacitySnapshot) reserve(pod *corev1.Pod, n int) {
+func (s *capacitySnapshot) reserve(pod *podinfo.Pod, n int) {
 	s.build()
 	for range n {
 		s.pending = append(s.pending, unscheduledCopy(pod))
@@ -453,10 +454,10 @@ func (s *capacitySnapshot) reserve(pod *corev1.Pod, n int) {
 }
 
 // readyElsewhere counts Ready pods, not being deleted, off the given node.
-func readyElsewhere(pods []*corev1.Pod, node string) int32 {
+func readyElsewhere(pods []*podinfo.Pod, node string) int32 {
 	var n int32
 	for _, p := range pods {
-		if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil && blocking.PodReady(p) {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil && p.Ready() {
 			n++
 		}
 	}
@@ -476,14 +477,14 @@ func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
 }
 
 // podsOn returns the cached pods bound to the node.
-func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) {
+func (c *Controller) podsOn(node string) ([]*podinfo.Pod, error) {
 	objs, err := c.podIndexer.ByIndex(nodeNameIndex, node)
 	if err != nil {
 		return nil, err
 	}
-	pods := make([]*corev1.Pod, 0, len(objs))
+	pods := make([]*podinfo.Pod, 0, len(objs))
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
+		if p, ok := o.(*podinfo.Pod); ok {
 			pods = append(pods, p)
 		}
 	}

@@ -24,11 +24,9 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
-
-// deletionCostAnnotation steers which pod a ReplicaSet removes first on scale-down (lowest cost first).
-const deletionCostAnnotation = "controller.kubernetes.io/pod-deletion-cost"
 
 // leaveFirstCost is the deletion cost given to the surplus pods on nodes that still have to update.
 const leaveFirstCost = "-1000"
@@ -43,7 +41,7 @@ type surgeCase struct {
 	obj    *workload.Object
 	// owner is nil when the pod owner is gone.
 	owner *workload.PodOwnerState
-	pods  []*corev1.Pod
+	pods  []*podinfo.Pod
 }
 
 // syncSurge moves one Surge along: verify it against the live objects, observe, decide, execute one
@@ -215,9 +213,9 @@ func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, p
 // this update will not drain again (safe), and on schedulable nodes the MCO is not updating now
 // (survivors, a superset). A StatefulSet's scale-down removes its highest ordinals whatever their
 // node, so only ordinals below the original count are counted for it.
-func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*corev1.Pod, pools *poolLookup) (safe, survivors int32) {
+func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup) (safe, survivors int32) {
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !blocking.PodReady(p) {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !p.Ready() {
 			continue
 		}
 		if s.Spec.PodOwner.Kind == string(workload.KindStatefulSet) {
@@ -249,7 +247,7 @@ func updatingNow(n *corev1.Node) bool {
 
 // ordinal is a StatefulSet pod's ordinal: its apps.kubernetes.io/pod-index label, or the number its
 // name ends with.
-func ordinal(p *corev1.Pod) (int, bool) {
+func ordinal(p *podinfo.Pod) (int, bool) {
 	v, ok := p.Labels[appsv1.PodIndexLabel]
 	if !ok {
 		i := strings.LastIndex(p.Name, "-")
@@ -263,12 +261,12 @@ func ordinal(p *corev1.Pod) (int, bool) {
 }
 
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
-func heldResources(s *v1alpha1.Surge, pods []*corev1.Pod) corev1.ResourceList {
+func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
 	if s.PhaseOf() == v1alpha1.PhaseFailed || len(pods) == 0 {
 		return nil
 	}
 	out := corev1.ResourceList{}
-	for name, q := range blocking.Requests(pods[0]) {
+	for name, q := range pods[0].Spec.Requests {
 		if !strings.Contains(string(name), "/") {
 			continue
 		}
@@ -463,7 +461,7 @@ func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kep
 }
 
 // observePods fills the pod-derived parts of the observation.
-func observePods(obs *guardian.Observation, pods []*corev1.Pod, node string) {
+func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string) {
 	obs.ReadyElsewhere = readyElsewhere(pods, node)
 	for _, p := range pods {
 		if p.Spec.NodeName == node && !blocking.Skip(p) {
@@ -495,7 +493,7 @@ func (c *Controller) observeResolved(s *v1alpha1.Surge, kind string, now time.Ti
 
 // evict asks the Eviction API to remove the workload's pods from the drained node now that the
 // replacement is Ready, so that their grace period runs before the MCO's next drain attempt.
-func (c *Controller) evict(ctx context.Context, eref *corev1.ObjectReference, s *v1alpha1.Surge, pods []*corev1.Pod) (time.Duration, error) {
+func (c *Controller) evict(ctx context.Context, eref *corev1.ObjectReference, s *v1alpha1.Surge, pods []*podinfo.Pod) (time.Duration, error) {
 	for _, p := range pods {
 		if p.Spec.NodeName != s.Spec.Node || blocking.Skip(p) {
 			continue
@@ -550,8 +548,8 @@ func describeRestore(fields, kept []workload.Field) string {
 // steerScaleDown sets a low pod-deletion-cost on the surplus pods that sit on nodes still to update
 // so that the ReplicaSet removes those when the count goes back down. (The ReplicaSet removes
 // unscheduled and not-Ready pods before it looks at the cost: steering only works between Ready pods.)
-func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods []*corev1.Pod) error {
-	var live []*corev1.Pod
+func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods []*podinfo.Pod) error {
+	var live []*podinfo.Pod
 	for _, p := range pods {
 		if !blocking.Skip(p) {
 			live = append(live, p)
@@ -564,7 +562,7 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 	// Unscheduled pods go first, then pods on nodes being updated now, then on nodes the update will
 	// still drain, never the others.
 	pools := c.newPoolLookup()
-	rank := func(p *corev1.Pod) int {
+	rank := func(p *podinfo.Pod) int {
 		n, err := c.nodes.Get(p.Spec.NodeName)
 		switch {
 		case p.Spec.NodeName == "" || err != nil:
@@ -578,7 +576,7 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 	}
 	sort.SliceStable(live, func(i, j int) bool { return rank(live[i]) < rank(live[j]) })
 	for _, p := range live[:surplus] {
-		if rank(p) == rankSafe || p.Annotations[deletionCostAnnotation] == leaveFirstCost {
+		if rank(p) == rankSafe || p.Annotations[podinfo.DeletionCostAnnotation] == leaveFirstCost {
 			continue
 		}
 		if err := c.exec.setDeletionCost(ctx, p, leaveFirstCost); err != nil && !errors.Is(err, errDryRun) {

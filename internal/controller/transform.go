@@ -6,7 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // lastAppliedAnnotation holds kubectl apply's copy of the whole object: often the largest annotation.
@@ -14,7 +15,7 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // slim is the informers' transform: every cached object loses its managedFields, and the kinds the
 // guardian caches in bulk (Pods, Nodes, ReplicaSets, Deployments, StatefulSets) keep only what its
-// decisions read. The guardian never writes a cached object back whole (its writes are patches, the
+// decisions read. Pods become the compact *podinfo.Pod, read through podinfo.Lister. The guardian never writes a cached object back whole (its writes are patches, the
 // Eviction API and Surge status updates), so nothing dropped here can be lost on the server.
 //
 // What a decision reads and the transform dropped is caught by the controller's unit tests, whose
@@ -22,7 +23,7 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 func slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return slimPod(o), nil
+		return podinfo.From(o), nil
 	case *corev1.Node:
 		return slimNode(o), nil
 	case *appsv1.ReplicaSet:
@@ -68,51 +69,6 @@ func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return out
 }
 
-// podAnnotations are the only pod annotations a decision reads.
-var podAnnotations = []string{corev1.MirrorPodAnnotationKey, deletionCostAnnotation}
-
-// slimPod keeps what the blocking, capacity and survivor decisions read: identity, labels, owners,
-// the mirror-pod and deletion-cost annotations, the node, what the scheduler matches (node
-// selector, affinity, tolerations, and what the pod requests), the phase and the Ready and
-// PodScheduled conditions. What the pod requests is kept as one container holding the pod's
-// effective requests (init containers, sidecars and overhead folded in, as the scheduler adds them
-// up): one resource list per pod instead of one per container. Images, commands, env, volumes,
-// probes, limits, other annotations and container statuses are dropped.
-func slimPod(p *corev1.Pod) *corev1.Pod {
-	var conditions []corev1.PodCondition
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
-			conditions = append(conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
-		}
-	}
-	m := slimMeta(p.ObjectMeta)
-	m.Annotations = nil
-	for _, k := range podAnnotations {
-		if v, ok := p.Annotations[k]; ok {
-			if m.Annotations == nil {
-				m.Annotations = map[string]string{}
-			}
-			m.Annotations[k] = v
-		}
-	}
-	var containers []corev1.Container
-	if requests := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}); len(requests) > 0 {
-		containers = []corev1.Container{{Name: slimContainer, Resources: corev1.ResourceRequirements{Requests: requests}}}
-	}
-	return &corev1.Pod{
-		ObjectMeta: m,
-		Spec: corev1.PodSpec{
-			NodeName: p.Spec.NodeName, NodeSelector: p.Spec.NodeSelector, Affinity: p.Spec.Affinity,
-			Tolerations: p.Spec.Tolerations, Priority: p.Spec.Priority, PriorityClassName: p.Spec.PriorityClassName,
-			Containers: containers,
-		},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: conditions},
-	}
-}
-
-// slimContainer names the one container of a slimmed pod, which holds the pod's requests.
-const slimContainer = "requests"
-
 // slimNode keeps metadata, the spec (unschedulable, taints) and what the capacity check reads
 // (allocatable, conditions); the image list, the largest part of a GPU node's status, is dropped.
 // The conditions lose their heartbeat times, which the kubelet renews on every status report: a
@@ -131,29 +87,25 @@ func slimNode(n *corev1.Node) *corev1.Node {
 	}
 }
 
-// changed reports whether an update changed anything of a cached (slimmed) Pod or Node but its
-// resourceVersion; any other kind always counts as changed. On a large cluster most node updates are
-// status reports that change nothing a decision reads (heartbeats are dropped by slimNode), and a
-// pod's status writes often touch only what slimPod drops (container statuses, IPs); each such
-// update would otherwise re-examine nodes and re-run the prediction.
+// changed reports whether an update changed anything of a cached Pod or Node but its
+// resourceVersion; any other kind always counts as changed, and so does a resync (the same
+// resourceVersion), the periodic re-examination being its point. On a large cluster most node
+// updates are status reports that change nothing a decision reads (heartbeats are dropped by
+// slimNode), and a pod's status writes often touch only what podinfo.From drops (container statuses,
+// IPs); each such update would otherwise re-examine nodes and re-run the prediction.
 func changed(old, cur any) bool {
 	switch c := cur.(type) {
-	case *corev1.Pod:
-		o, ok := old.(*corev1.Pod)
-		return !ok || changedBesidesVersion(*o, *c, func(p *corev1.Pod) *string { return &p.ResourceVersion })
+	case *podinfo.Pod:
+		o, ok := old.(*podinfo.Pod)
+		return !ok || o.ResourceVersion == c.ResourceVersion || !podinfo.EqualButVersion(o, c)
 	case *corev1.Node:
 		o, ok := old.(*corev1.Node)
-		return !ok || changedBesidesVersion(*o, *c, func(n *corev1.Node) *string { return &n.ResourceVersion })
+		if !ok || o.ResourceVersion == c.ResourceVersion {
+			return true
+		}
+		a, b := *o, *c
+		a.ResourceVersion, b.ResourceVersion = "", ""
+		return !equality.Semantic.DeepEqual(&a, &b)
 	}
 	return true
-}
-
-// changedBesidesVersion compares two copies of an object whose resourceVersions rv points at: a
-// resync (the same resourceVersion) counts as a change, the periodic re-examination being its point.
-func changedBesidesVersion[T any](old, cur T, rv func(*T) *string) bool {
-	if *rv(&old) == *rv(&cur) {
-		return true
-	}
-	*rv(&old), *rv(&cur) = "", ""
-	return !equality.Semantic.DeepEqual(&old, &cur)
 }

@@ -10,9 +10,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // richPod is a model server pod as the API returns it: everything the scheduler matches, plus the
@@ -23,7 +25,7 @@ func richPod() *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "llm-0", Namespace: ns, UID: "llm-0-uid", ResourceVersion: "7", CreationTimestamp: metav1.NewTime(t0),
 			Labels:          map[string]string{"app": "llm", appsv1.PodIndexLabel: "0"},
-			Annotations:     map[string]string{deletionCostAnnotation: "-1000", lastAppliedAnnotation: `{"huge":"copy"}`, "example.com/team": "nlp"},
+			Annotations:     map[string]string{podinfo.DeletionCostAnnotation: "-1000", lastAppliedAnnotation: `{"huge":"copy"}`, "example.com/team": "nlp"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "llm-rs", UID: "rs", Controller: ptr.To(true)}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
 		},
@@ -52,20 +54,25 @@ func richPod() *corev1.Pod {
 	}
 }
 
-// The capacity check, the blocking decision and the survivor counts give the same answers on the
-// slimmed pod as on the full one, and the bulk is gone.
+// The informers cache a pod as the compact podinfo.Pod: the capacity check, the blocking decision and
+// the survivor counts see what they read of the full pod (decisions take *podinfo.Pod, so one that
+// needed a dropped field would not compile); kubectl's copy, other annotations and managedFields are
+// gone.
 func TestSlimKeepsWhatDecisionsRead(t *testing.T) {
 	full := richPod()
 	got, err := slim(full.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := got.(*corev1.Pod)
-	if !reflect.DeepEqual(blocking.Requests(p), blocking.Requests(full)) {
-		t.Errorf("requests %v, want %v", blocking.Requests(p), blocking.Requests(full))
+	p, ok := got.(*podinfo.Pod)
+	if !ok {
+		t.Fatalf("slim(pod) = %T, want *podinfo.Pod", got)
 	}
-	if blocking.Skip(p) != blocking.Skip(full) || blocking.PodReady(p) != blocking.PodReady(full) {
-		t.Error("Skip or PodReady changed")
+	if want := resourcehelper.PodRequests(full, resourcehelper.PodResourcesOptions{}); !reflect.DeepEqual(p.Spec.Requests, want) {
+		t.Errorf("requests %v, want %v", p.Spec.Requests, want)
+	}
+	if blocking.Skip(p) || !p.Ready() {
+		t.Error("a Ready model pod is skipped or not Ready")
 	}
 	if ord, ok := ordinal(p); !ok || ord != 0 {
 		t.Errorf("ordinal = %d, %v", ord, ok)
@@ -74,34 +81,28 @@ func TestSlimKeepsWhatDecisionsRead(t *testing.T) {
 	tainted.Labels["gpu"] = "a100"
 	tainted.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}
 	wrongLabel := gpuNode("w3")
-	cands := []blocking.Candidate{{Node: wrongLabel}, {Node: tainted}}
-	gotNode, gotOK := blocking.FitsElsewhere(p, cands)
-	wantNode, wantOK := blocking.FitsElsewhere(full, cands)
-	if gotNode != wantNode || gotOK != wantOK || !wantOK {
-		t.Errorf("FitsElsewhere = %q %v, want %q %v", gotNode, gotOK, wantNode, wantOK)
+	// The node selector keeps w3 out; the toleration lets w2 in.
+	if node, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: wrongLabel}, {Node: tainted}}); node != "w2" || !ok {
+		t.Errorf("FitsElsewhere = %q %v, want w2 (node selector and toleration kept)", node, ok)
 	}
 	// Anti-affinity: a node already running a pod of the model is no place for its replacement.
 	withTwin := gpuNode("w4")
 	withTwin.Labels["gpu"] = "a100"
 	twin := richPod()
 	twin.Spec.NodeName = "w4"
-	if _, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: withTwin, Pods: []*corev1.Pod{twin}}}); ok {
+	if _, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: withTwin, Pods: []*podinfo.Pod{podinfo.From(twin)}}}); ok {
 		t.Error("the slimmed pod lost its anti-affinity")
 	}
-	if p.Annotations[deletionCostAnnotation] != "-1000" {
+	if p.Annotations[podinfo.DeletionCostAnnotation] != "-1000" {
 		t.Errorf("the deletion cost annotation was dropped: %v", p.Annotations)
 	}
 	mirror := richPod()
 	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "x"
-	if sm := slimPod(mirror); !blocking.Skip(sm) {
+	if sm, _ := slim(mirror); !blocking.Skip(sm.(*podinfo.Pod)) {
 		t.Error("a mirror pod's annotation was dropped: it would be counted as blocking")
 	}
-	if _, ok := p.Annotations[lastAppliedAnnotation]; ok || p.ManagedFields != nil {
-		t.Error("last-applied copy or managedFields kept")
-	}
-	c := p.Spec.Containers[0]
-	if c.Image != "" || c.Env != nil || c.Command != nil || p.Spec.Volumes != nil || p.Status.ContainerStatuses != nil || p.Status.PodIP != "" {
-		t.Errorf("bulk kept: %+v", p)
+	if len(p.Annotations) != 1 || p.ManagedFields != nil {
+		t.Errorf("annotations %v (want only the deletion cost), managedFields %v", p.Annotations, p.ManagedFields)
 	}
 	if !reflect.DeepEqual(p.OwnerReferences, full.OwnerReferences) || !reflect.DeepEqual(p.Labels, full.Labels) || p.UID != full.UID || p.ResourceVersion != full.ResourceVersion {
 		t.Error("identity, labels or owners changed")
@@ -202,13 +203,13 @@ func TestNodeHeartbeatIsNoChange(t *testing.T) {
 func TestPodStatusNoiseIsNoChange(t *testing.T) {
 	base := richPod()
 	base.ResourceVersion = "10"
-	cached := slimPod(base.DeepCopy())
-	next := func(mutate func(*corev1.Pod)) *corev1.Pod {
+	cached := podinfo.From(base.DeepCopy())
+	next := func(mutate func(*corev1.Pod)) *podinfo.Pod {
 		p := base.DeepCopy()
 		p.ResourceVersion = "11"
 		p.Status.PodIP = "10.128.0.99"
 		mutate(p)
-		return slimPod(p)
+		return podinfo.From(p)
 	}
 	if changed(cached, next(func(p *corev1.Pod) { p.Status.ContainerStatuses = nil })) {
 		t.Error("a status write of dropped fields counts as a change")
@@ -221,8 +222,10 @@ func TestPodStatusNoiseIsNoChange(t *testing.T) {
 				}
 			}
 		},
-		"deleted": func(p *corev1.Pod) { now := metav1.NewTime(t0); p.DeletionTimestamp = &now },
-		"bound":   func(p *corev1.Pod) { p.Spec.NodeName = "w9" },
+		"deleted":    func(p *corev1.Pod) { now := metav1.NewTime(t0); p.DeletionTimestamp = &now },
+		"bound":      func(p *corev1.Pod) { p.Spec.NodeName = "w9" },
+		"relabelled": func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} },
+		"requests":   func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests = nil },
 	} {
 		if !changed(cached, next(mutate)) {
 			t.Errorf("%s is no change", what)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // The annotation records of the first version are neither written nor read: a tenant who forges one
@@ -194,7 +195,7 @@ func TestHeldSurgeIsRestoredToMakeRoomForTheNextStall(t *testing.T) {
 	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, "CapacityNeeded")
 	// The ReplicaSet removes the surplus pod on w3 (its deletion cost says so): the GPU is free.
 	onW3, _ := h.kube.CoreV1().Pods(ns).Get(context.Background(), "model-abc-b", metav1.GetOptions{})
-	if onW3.Annotations[deletionCostAnnotation] != leaveFirstCost {
+	if onW3.Annotations[podinfo.DeletionCostAnnotation] != leaveFirstCost {
 		t.Fatal("the surplus pod on the node still to update was not marked to go first")
 	}
 	h.deletePod("model-abc-b")

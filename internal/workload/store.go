@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -55,26 +54,27 @@ type Target struct {
 // StatefulSet) to its pod owner, then to the object that owns its replica count (ResolveOwner). It
 // matches owners by API group and kind and checks UIDs, never by building names. An *UnsupportedError
 // says why the pod's replicas cannot be surged.
-func (s *Store) Resolve(pod *corev1.Pod) (*Target, error) {
+func (s *Store) Resolve(pod metav1.Object) (*Target, error) {
+	namespace, name := pod.GetNamespace(), pod.GetName()
 	ctrl := metav1.GetControllerOf(pod)
 	if ctrl == nil {
-		return nil, unsupported("pod %s/%s has no controller: a bare pod has no replicas to add", pod.Namespace, pod.Name)
+		return nil, unsupported("pod %s/%s has no controller: a bare pod has no replicas to add", namespace, name)
 	}
 	switch {
 	case ctrl.Kind == "ReplicaSet" && groupOf(ctrl) == "apps":
-		rs, err := s.ReplicaSets.ReplicaSets(pod.Namespace).Get(ctrl.Name)
+		rs, err := s.ReplicaSets.ReplicaSets(namespace).Get(ctrl.Name)
 		if err != nil || rs.UID != ctrl.UID {
-			return nil, fmt.Errorf("replicaset %s/%s of pod %s not in cache yet", pod.Namespace, ctrl.Name, pod.Name)
+			return nil, fmt.Errorf("replicaset %s/%s of pod %s not in cache yet", namespace, ctrl.Name, name)
 		}
 		dctrl := metav1.GetControllerOf(rs)
 		if dctrl == nil || dctrl.Kind != "Deployment" || groupOf(dctrl) != "apps" {
 			return nil, unsupported("ReplicaSet %s is not managed by a Deployment", rs.Name)
 		}
-		return s.ResolveOwner(Ref{Kind: KindDeployment, Namespace: pod.Namespace, Name: dctrl.Name, UID: dctrl.UID})
+		return s.ResolveOwner(Ref{Kind: KindDeployment, Namespace: namespace, Name: dctrl.Name, UID: dctrl.UID})
 	case ctrl.Kind == "StatefulSet" && groupOf(ctrl) == "apps":
-		return s.ResolveOwner(Ref{Kind: KindStatefulSet, Namespace: pod.Namespace, Name: ctrl.Name, UID: ctrl.UID})
+		return s.ResolveOwner(Ref{Kind: KindStatefulSet, Namespace: namespace, Name: ctrl.Name, UID: ctrl.UID})
 	}
-	return nil, unsupported("pod %s/%s is controlled by a %s, which has no replica count to raise", pod.Namespace, pod.Name, ctrl.Kind)
+	return nil, unsupported("pod %s/%s is controlled by a %s, which has no replica count to raise", namespace, name, ctrl.Kind)
 }
 
 // ResolveOwner returns the object that owns the replica count of a Deployment or StatefulSet: its

@@ -1,0 +1,31 @@
+package blocking
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+)
+
+// The tests build pods as the API returns them and decide on what the informers cache of them.
+
+func infos(pods ...*corev1.Pod) []*podinfo.Pod {
+	out := make([]*podinfo.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = podinfo.From(p)
+	}
+	return out
+}
+
+// cand is a Candidate whose pods are API pods.
+type cand struct {
+	Node *corev1.Node
+	Pods []*corev1.Pod
+}
+
+func candidates(cs []cand) []Candidate {
+	out := make([]Candidate, len(cs))
+	for i, c := range cs {
+		out[i] = Candidate{Node: c.Node, Pods: infos(c.Pods...)}
+	}
+	return out
+}
