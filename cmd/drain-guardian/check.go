@@ -151,7 +151,7 @@ func runCheck(ctx context.Context, opts *options.Options, co *checkOptions) (*ch
 		return nil, err
 	}
 	cfg.UserAgent = "drain-guardian-check/" + version.Version
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(protobuf(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
