@@ -85,7 +85,7 @@ func run(ctx context.Context, opts *options.Options) error {
 		metricsTLS = &server.TLSOptions{CertDir: opts.MetricsCertDir}
 		authClient = kube
 	}
-	metricsSrv, err := server.ListenMetrics(opts.MetricsBindAddress, m.Registry, authClient, metricsTLS, log)
+	metricsSrv, err := server.ListenMetrics(opts.MetricsBindAddress, m.Registry, authClient, metricsTLS, opts.Profiling, log)
 	if err != nil {
 		return err
 	}

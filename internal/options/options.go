@@ -57,6 +57,7 @@ type Options struct {
 
 	MetricsBindAddress     string
 	MetricsSecure          bool
+	Profiling              bool
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 
@@ -151,6 +152,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the /metrics endpoint; \"0\" disables it.")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve /metrics over TLS and admit only callers a TokenReview authenticates and a SubjectAccessReview allows to get /metrics.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Also serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics endpoint, behind its checks: a caller needs get on the profile's path (e.g. an RBAC rule for /debug/pprof/*).")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "Directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate made at start-up.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz and /readyz endpoints; \"0\" disables them.")
 

@@ -1,5 +1,6 @@
 // Package server serves drain-guardian's HTTP endpoints: /metrics (TLS with Kubernetes authentication
-// and authorization by default) and the plain /healthz and /readyz probes.
+// and authorization by default), with --profiling Go's profiles under /debug/pprof/ behind the same
+// checks, and the plain /healthz and /readyz probes.
 package server
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +29,10 @@ import (
 
 // MetricsPath is the path Prometheus scrapes; callers need `get` on this non-resource URL.
 const MetricsPath = "/metrics"
+
+// ProfilingPath is where --profiling serves net/http/pprof; callers need `get` on the non-resource
+// URL of the profile they fetch (an RBAC rule for "/debug/pprof/*" covers them all).
+const ProfilingPath = "/debug/pprof/"
 
 // Server is one HTTP endpoint, already listening.
 type Server struct {
@@ -84,8 +90,8 @@ type TLSOptions struct {
 }
 
 // ListenMetrics binds the metrics endpoint: over TLS with token authentication and authorization when
-// tlsOpts is set, plain otherwise.
-func ListenMetrics(addr string, reg *prometheus.Registry, auth kubernetes.Interface, tlsOpts *TLSOptions, log *zap.Logger) (*Server, error) {
+// tlsOpts is set, plain otherwise; with profiling it also serves ProfilingPath.
+func ListenMetrics(addr string, reg *prometheus.Registry, auth kubernetes.Interface, tlsOpts *TLSOptions, profiling bool, log *zap.Logger) (*Server, error) {
 	var cfg *tls.Config
 	if tlsOpts != nil {
 		var err error
@@ -93,7 +99,7 @@ func ListenMetrics(addr string, reg *prometheus.Registry, auth kubernetes.Interf
 			return nil, err
 		}
 	}
-	return Listen("metrics", addr, Metrics(reg, auth, log), cfg)
+	return Listen("metrics", addr, Metrics(reg, auth, profiling, log), cfg)
 }
 
 // Health serves /healthz (the process is alive) and /readyz (ready() is true).
@@ -110,17 +116,29 @@ func Health(ready func() bool) http.Handler {
 	return mux
 }
 
-// Metrics serves the registry on MetricsPath; with client non-nil every request must carry a bearer
-// token that a TokenReview authenticates and a SubjectAccessReview allows to get MetricsPath.
-func Metrics(reg *prometheus.Registry, client kubernetes.Interface, log *zap.Logger) http.Handler {
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
-	mux := http.NewServeMux()
-	if client == nil {
-		mux.Handle(MetricsPath, h)
-		return mux
+// Metrics serves the registry on MetricsPath and, with profiling, net/http/pprof on ProfilingPath.
+// With client non-nil every request must carry a bearer token that a TokenReview authenticates and a
+// SubjectAccessReview allows to get the request's path.
+func Metrics(reg *prometheus.Registry, client kubernetes.Interface, profiling bool, log *zap.Logger) http.Handler {
+	handlers := map[string]http.Handler{MetricsPath: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
+	if profiling {
+		handlers[ProfilingPath] = http.HandlerFunc(pprof.Index)
+		handlers[ProfilingPath+"cmdline"] = http.HandlerFunc(pprof.Cmdline)
+		handlers[ProfilingPath+"profile"] = http.HandlerFunc(pprof.Profile)
+		handlers[ProfilingPath+"symbol"] = http.HandlerFunc(pprof.Symbol)
+		handlers[ProfilingPath+"trace"] = http.HandlerFunc(pprof.Trace)
 	}
-	a := &authorizer{client: client, log: log, cache: map[string]decision{}}
-	mux.Handle(MetricsPath, a.wrap(h))
+	mux := http.NewServeMux()
+	var a *authorizer
+	if client != nil {
+		a = &authorizer{client: client, log: log, cache: map[string]decision{}}
+	}
+	for path, h := range handlers {
+		if a != nil {
+			h = a.wrap(h)
+		}
+		mux.Handle(path, h)
+	}
 	return mux
 }
 
@@ -147,7 +165,7 @@ func (a *authorizer) wrap(next http.Handler) http.Handler {
 			http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
 			return
 		}
-		allowed, status, err := a.check(r.Context(), token)
+		allowed, status, err := a.check(r.Context(), token, r.URL.Path)
 		if err != nil {
 			a.log.Warn("cannot authorize a metrics scrape", zap.Error(err))
 			http.Error(w, "authorization failed", http.StatusInternalServerError)
@@ -161,10 +179,12 @@ func (a *authorizer) wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (a *authorizer) check(ctx context.Context, token string) (bool, int, error) {
+// check asks whether the token's user may get path. Answers are cached by token and path.
+func (a *authorizer) check(ctx context.Context, token, path string) (bool, int, error) {
 	now := time.Now()
+	cacheKey := token + "\x00" + path
 	a.mu.Lock()
-	if d, ok := a.cache[token]; ok && now.Before(d.expires) {
+	if d, ok := a.cache[cacheKey]; ok && now.Before(d.expires) {
 		a.mu.Unlock()
 		return d.allowed, http.StatusForbidden, nil
 	}
@@ -183,7 +203,7 @@ func (a *authorizer) check(ctx context.Context, token string) (bool, int, error)
 	}
 	sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: MetricsPath, Verb: "get"},
+		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: "get"},
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		return false, 0, fmt.Errorf("SubjectAccessReview: %w", err)
@@ -192,7 +212,7 @@ func (a *authorizer) check(ctx context.Context, token string) (bool, int, error)
 	if len(a.cache) > 1000 {
 		a.cache = map[string]decision{}
 	}
-	a.cache[token] = decision{allowed: sar.Status.Allowed, expires: now.Add(decisionTTL)}
+	a.cache[cacheKey] = decision{allowed: sar.Status.Allowed, expires: now.Add(decisionTTL)}
 	a.mu.Unlock()
 	return sar.Status.Allowed, http.StatusForbidden, nil
 }

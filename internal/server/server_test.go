@@ -15,19 +15,21 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// fakeAuth authenticates the token "good" and "other", and allows only "good" to get /metrics.
+// fakeAuth authenticates the tokens "good", "other" and "profiler"; it allows only "good" to get
+// /metrics and only "profiler" to get the profiles under /debug/pprof/.
 func fakeAuth() *fake.Clientset {
 	c := fake.NewClientset()
 	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
-		tr.Status.Authenticated = tr.Spec.Token == "good" || tr.Spec.Token == "other"
+		tr.Status.Authenticated = tr.Spec.Token == "good" || tr.Spec.Token == "other" || tr.Spec.Token == "profiler"
 		tr.Status.User.Username = tr.Spec.Token
 		return true, tr, nil
 	})
 	c.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
 		na := sar.Spec.NonResourceAttributes
-		sar.Status.Allowed = sar.Spec.User == "good" && na != nil && na.Path == MetricsPath && na.Verb == "get"
+		sar.Status.Allowed = na != nil && na.Verb == "get" &&
+			(sar.Spec.User == "good" && na.Path == MetricsPath || sar.Spec.User == "profiler" && strings.HasPrefix(na.Path, ProfilingPath))
 		return true, sar, nil
 	})
 	return c
@@ -38,7 +40,7 @@ func TestMetricsRequireAnAuthorizedToken(t *testing.T) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "drain_guardian_leader", Help: "x"})
 	reg.MustRegister(g)
 	client := fakeAuth()
-	h := Metrics(reg, client, zap.NewNop())
+	h := Metrics(reg, client, false, zap.NewNop())
 	for _, tc := range []struct {
 		header string
 		want   int
@@ -115,5 +117,41 @@ func TestListenBindsAtOnceAndNamesTheEndpointOnError(t *testing.T) {
 	var disabled *Server
 	if err := disabled.Serve(t.Context(), zap.NewNop()); err != nil {
 		t.Fatalf("serving a disabled endpoint: %v", err)
+	}
+}
+
+// --profiling serves Go's profiles behind the metrics endpoint's checks, authorized per path: a
+// token allowed to scrape /metrics may not read a heap profile. Without the flag there are none.
+func TestProfilingIsOptInAndAuthorizedPerPath(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	get := func(h http.Handler, path, token string) int {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, req)
+		return rr.Code
+	}
+	if code := get(Metrics(reg, nil, false, zap.NewNop()), ProfilingPath+"heap", ""); code != http.StatusNotFound {
+		t.Errorf("profiling off: heap profile status %d, want 404", code)
+	}
+	if code := get(Metrics(reg, nil, true, zap.NewNop()), ProfilingPath+"heap", ""); code != http.StatusOK {
+		t.Errorf("profiling on, plain endpoint: heap profile status %d, want 200", code)
+	}
+	h := Metrics(reg, fakeAuth(), true, zap.NewNop())
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{ProfilingPath + "heap", "", http.StatusUnauthorized},
+		{ProfilingPath + "heap", "good", http.StatusForbidden},
+		{MetricsPath, "good", http.StatusOK},
+		{ProfilingPath + "heap", "profiler", http.StatusOK},
+		{MetricsPath, "profiler", http.StatusForbidden},
+	} {
+		if code := get(h, tc.path, tc.token); code != tc.want {
+			t.Errorf("%s as %q: status %d, want %d", tc.path, tc.token, code, tc.want)
+		}
 	}
 }
