@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -126,4 +127,30 @@ func get(ctx context.Context, url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// SaveProfile fetches the Go profile name (heap, profile, ...) with query (e.g. "gc=1",
+// "seconds=60") from /debug/pprof/ of a guardian run with --profiling, into path.
+func (g *Guardian) SaveProfile(ctx context.Context, name, query, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.MetricsAddr+"/debug/pprof/"+name+"?"+query, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: status %d (is --profiling set?)", name, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("profile %s: %w", name, err)
+	}
+	return f.Close()
 }
