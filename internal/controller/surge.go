@@ -470,17 +470,14 @@ func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string) {
 		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				// The pod exists since creation; its scheduling has failed since the condition's transition.
-				since := p.CreationTimestamp.Time
-				if !cond.LastTransitionTime.IsZero() && cond.LastTransitionTime.Time.Before(since) {
-					since = cond.LastTransitionTime.Time
-				}
-				if obs.UnschedulableSince == nil || since.Before(*obs.UnschedulableSince) {
-					t := since
-					obs.UnschedulableSince = &t
-				}
+		if p.Status.Unschedulable {
+			// The pod exists since creation; its scheduling has failed since the condition's transition.
+			since := p.CreationTimestamp.Time
+			if t := p.Status.UnschedulableSince; !t.IsZero() && t.Time.Before(since) {
+				since = t.Time
+			}
+			if obs.UnschedulableSince == nil || since.Before(*obs.UnschedulableSince) {
+				obs.UnschedulableSince = &since
 			}
 		}
 	}

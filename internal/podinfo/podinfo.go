@@ -69,10 +69,15 @@ func (s *Scheduling) MatchesNode(n *corev1.Node) bool {
 	return err == nil && ok
 }
 
-// Status is the pod's phase and its Ready and PodScheduled conditions (without probe times).
+// Status is the pod's phase and what its Ready and PodScheduled conditions say.
 type Status struct {
-	Phase      corev1.PodPhase
-	Conditions []corev1.PodCondition
+	Phase corev1.PodPhase
+	// Ready: the Ready condition is True.
+	Ready bool
+	// Unschedulable: the PodScheduled condition is False for reason Unschedulable, since
+	// UnschedulableSince (the condition's transition; zero when the kubelet did not set it).
+	Unschedulable      bool
+	UnschedulableSince metav1.Time
 }
 
 // From makes the compact copy of p. It does not keep a reference to p or to anything p holds but
@@ -97,10 +102,11 @@ func From(p *corev1.Pod) *Pod {
 	}
 	out.Status.Phase = p.Status.Phase
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{
-				Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime,
-			})
+		switch {
+		case c.Type == corev1.PodReady:
+			out.Status.Ready = c.Status == corev1.ConditionTrue
+		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable:
+			out.Status.Unschedulable, out.Status.UnschedulableSince = true, c.LastTransitionTime
 		}
 	}
 	return out
@@ -152,14 +158,7 @@ func scheduling(p *corev1.Pod) *Scheduling {
 }
 
 // Ready reports whether the pod's Ready condition is True.
-func (p *Pod) Ready() bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func (p *Pod) Ready() bool { return p.Status.Ready }
 
 // Finished reports whether the pod has run to completion (Succeeded or Failed).
 func (p *Pod) Finished() bool {

@@ -76,8 +76,14 @@ func TestFromKeepsWhatDecisionsRead(t *testing.T) {
 	if !p.Ready() || p.Finished() || p.Status.Phase != corev1.PodRunning {
 		t.Errorf("status: ready %v finished %v phase %s", p.Ready(), p.Finished(), p.Status.Phase)
 	}
-	if len(p.Status.Conditions) != 2 || !p.Status.Conditions[0].LastProbeTime.IsZero() {
-		t.Errorf("conditions = %+v, want Ready and PodScheduled without probe times", p.Status.Conditions)
+	if p.Status.Unschedulable {
+		t.Error("a scheduled pod reads as Unschedulable")
+	}
+	pending := replica("llm-1", "")
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(t0.Add(time.Minute))}}}
+	if q := From(pending); !q.Status.Unschedulable || !q.Status.UnschedulableSince.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) || q.Ready() {
+		t.Errorf("an Unschedulable pod: %+v", q.Status)
 	}
 	ref := p.Ref()
 	if ref.Kind != "Pod" || ref.Name != "llm-0" || ref.Namespace != "models" || ref.UID != full.UID {
