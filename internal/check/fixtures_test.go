@@ -192,7 +192,7 @@ func (c *cluster) build() Cluster {
 		}
 	}
 	store := &workload.Store{
-		ReplicaSets:  appslisters.NewReplicaSetLister(rs),
+		ReplicaSets:  workload.MetadataIndex{Indexer: rs, Resource: appsv1.Resource("replicasets")},
 		Deployments:  appslisters.NewDeploymentLister(deps),
 		StatefulSets: appslisters.NewStatefulSetLister(sss),
 		HPAs:         autoscalinglisters.NewHorizontalPodAutoscalerLister(hpas),

@@ -27,20 +27,25 @@ func slim(obj any) (any, error) {
 	case *corev1.Node:
 		return slimNode(o), nil
 	case *appsv1.ReplicaSet:
-		o.ManagedFields = nil
-		// Only the owner chain is read: a ReplicaSet's template is a copy of its Deployment's.
-		o.Spec.Template = corev1.PodTemplateSpec{}
-		return o, nil
+		// Only the owner chain is read (workload.MetadataIndex): a ReplicaSet's spec is a copy of its
+		// Deployment's, its labels and annotations are the Deployment controller's bookkeeping.
+		return &metav1.PartialObjectMetadata{
+			TypeMeta: metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "ReplicaSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion,
+				OwnerReferences: o.OwnerReferences, DeletionTimestamp: o.DeletionTimestamp},
+		}, nil
 	case *appsv1.Deployment:
-		o.ManagedFields = nil
+		o.ObjectMeta = slimMeta(o.ObjectMeta)
 		// The template's labels tell an LLMInferenceService's prefill Deployment apart; its pod spec
-		// is never read.
+		// is never read, nor are the status conditions (the counts are).
 		o.Spec.Template.Spec = corev1.PodSpec{}
+		o.Status.Conditions = nil
 		return o, nil
 	case *appsv1.StatefulSet:
-		o.ManagedFields = nil
+		o.ObjectMeta = slimMeta(o.ObjectMeta)
 		o.Spec.Template.Spec = corev1.PodSpec{}
 		o.Spec.VolumeClaimTemplates = nil
+		o.Status.Conditions = nil
 		return o, nil
 	}
 	if a, err := meta.Accessor(obj); err == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // richPod is a model server pod as the API returns it: everything the scheduler matches, plus the
@@ -121,20 +122,35 @@ func TestSlimNodeAndWorkloads(t *testing.T) {
 		t.Errorf("node slimmed wrongly: %+v", sn)
 	}
 
-	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "llminferenceservice-workload-prefill"}},
-		Spec:       richPod().Spec,
-	}}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "llm", Annotations: map[string]string{
+		lastAppliedAnnotation: `{"kind":"Deployment"}`, workload.IgnoreAnnotation: "true"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "llminferenceservice-workload-prefill"}},
+			Spec:       richPod().Spec,
+		}},
+		Status: appsv1.DeploymentStatus{Replicas: 1, UpdatedReplicas: 1, ObservedGeneration: 2,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Message: "Deployment has minimum availability."}}}}
 	got, _ = slim(d)
 	sd := got.(*appsv1.Deployment)
 	if sd.Spec.Template.Labels["app.kubernetes.io/component"] == "" || len(sd.Spec.Template.Spec.Containers) != 0 || *sd.Spec.Replicas != 1 {
 		t.Errorf("deployment slimmed wrongly: %+v", sd.Spec)
 	}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "Deployment", Name: "d"}}},
+	if want := map[string]string{workload.IgnoreAnnotation: "true"}; !reflect.DeepEqual(sd.Annotations, want) || sd.Status.Conditions != nil ||
+		sd.Status.Replicas != 1 || sd.Status.UpdatedReplicas != 1 || sd.Status.ObservedGeneration != 2 {
+		t.Errorf("deployment metadata or status slimmed wrongly: %v %+v", sd.Annotations, sd.Status)
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "d-5d8f7", Namespace: ns, UID: "rs", ResourceVersion: "3",
+		Labels: map[string]string{"app": "llm"}, Annotations: map[string]string{"deployment.kubernetes.io/revision": "3"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Deployment", Name: "d"}}},
 		Spec: appsv1.ReplicaSetSpec{Template: corev1.PodTemplateSpec{Spec: richPod().Spec}}}
 	got, _ = slim(rs)
-	if srs := got.(*appsv1.ReplicaSet); len(srs.Spec.Template.Spec.Containers) != 0 || len(srs.OwnerReferences) != 1 {
-		t.Errorf("replicaset slimmed wrongly: %+v", srs)
+	srs, ok := got.(*metav1.PartialObjectMetadata)
+	if !ok {
+		t.Fatalf("slim(replicaset) = %T, want its metadata", got)
+	}
+	want := metav1.ObjectMeta{Name: rs.Name, Namespace: ns, UID: "rs", ResourceVersion: "3", OwnerReferences: rs.OwnerReferences}
+	if !reflect.DeepEqual(srs.ObjectMeta, want) || srs.Kind != "ReplicaSet" {
+		t.Errorf("replicaset slimmed to %+v, want %+v", srs, want)
 	}
 }
 

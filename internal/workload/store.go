@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,6 +17,25 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// MetadataIndex reads objects of one resource by namespace and name from an informer's indexer,
+// whatever the cached type, as metadata: the guardian caches ReplicaSets as PartialObjectMetadata.
+type MetadataIndex struct {
+	Indexer  cache.Indexer
+	Resource schema.GroupResource
+}
+
+// Get returns the metadata of the cached object, or a NotFound error.
+func (x MetadataIndex) Get(namespace, name string) (metav1.Object, error) {
+	o, exists, err := x.Indexer.GetByKey(namespace + "/" + name)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(x.Resource, name)
+	}
+	return meta.Accessor(o)
+}
+
 // ScaleResource returns the resource of an owner kind when the cluster serves it with a /scale
 // subresource; ok is false when it has none.
 type ScaleResource func(apiVersion, kind string) (resource string, ok bool, err error)
@@ -26,7 +46,9 @@ type KServeLister func(kind Kind) (lister cache.GenericLister, gvr schema.GroupV
 
 // Store reads scalable objects from informer listers and writes them with JSON patches.
 type Store struct {
-	ReplicaSets  appslisters.ReplicaSetLister
+	// ReplicaSets holds the ReplicaSets' metadata: only their UID and controller are read (a
+	// ReplicaSet's spec is a copy of its Deployment's).
+	ReplicaSets  MetadataIndex
 	Deployments  appslisters.DeploymentLister
 	StatefulSets appslisters.StatefulSetLister
 	HPAs         autoscalinglisters.HorizontalPodAutoscalerLister
@@ -62,13 +84,13 @@ func (s *Store) Resolve(pod metav1.Object) (*Target, error) {
 	}
 	switch {
 	case ctrl.Kind == "ReplicaSet" && groupOf(ctrl) == "apps":
-		rs, err := s.ReplicaSets.ReplicaSets(namespace).Get(ctrl.Name)
-		if err != nil || rs.UID != ctrl.UID {
+		rs, err := s.ReplicaSets.Get(namespace, ctrl.Name)
+		if err != nil || rs.GetUID() != ctrl.UID {
 			return nil, fmt.Errorf("replicaset %s/%s of pod %s not in cache yet", namespace, ctrl.Name, name)
 		}
 		dctrl := metav1.GetControllerOf(rs)
 		if dctrl == nil || dctrl.Kind != "Deployment" || groupOf(dctrl) != "apps" {
-			return nil, unsupported("ReplicaSet %s is not managed by a Deployment", rs.Name)
+			return nil, unsupported("ReplicaSet %s is not managed by a Deployment", rs.GetName())
 		}
 		return s.ResolveOwner(Ref{Kind: KindDeployment, Namespace: namespace, Name: dctrl.Name, UID: dctrl.UID})
 	case ctrl.Kind == "StatefulSet" && groupOf(ctrl) == "apps":

@@ -617,7 +617,7 @@ func newTestStore(t *testing.T, served map[Kind]bool, objects ...any) *Store {
 		}
 	}
 	return &Store{
-		ReplicaSets:  appslisters.NewReplicaSetLister(rs),
+		ReplicaSets:  MetadataIndex{Indexer: rs, Resource: appsv1.Resource("replicasets")},
 		Deployments:  appslisters.NewDeploymentLister(deps),
 		StatefulSets: appslisters.NewStatefulSetLister(sss),
 		HPAs:         autoscalinglisters.NewHorizontalPodAutoscalerLister(hpas),
