@@ -479,10 +479,15 @@ func (b *scaleBed) metric(g *testbed.Guardian, name string) float64 {
 	return sum
 }
 
-// profile saves one of the guardian's Go profiles next to the test bed's logs and logs its top
+// profile saves one of the guardian's Go profiles and logs its top
 // entries (go tool pprof -top): what the memory and the idle CPU are spent on.
 func (b *scaleBed) profile(g *testbed.Guardian, name, query, file string) {
-	path := filepath.Join(testBed.CP.LogDir(), file)
+	// Next to the table (make bench-scale: .cluster/), which outlives the test bed's directory.
+	dir := testBed.CP.LogDir()
+	if out := os.Getenv(scaleOutEnv); out != "" {
+		dir = filepath.Dir(out)
+	}
+	path := filepath.Join(dir, file)
 	if err := g.SaveProfile(b.ctx, name, query, path); err != nil {
 		b.t.Errorf("%s profile: %v", name, err)
 		return
