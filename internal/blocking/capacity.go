@@ -62,28 +62,31 @@ func FitsElsewhere(pod *podinfo.Pod, candidates []Candidate) (string, bool) {
 // found a place and the resources the others request: what is missing for them. Preemption is never
 // counted on: a replacement has the priority of the pod it replaces.
 func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate) (int, corev1.ResourceList) {
-	cands := make([]Candidate, len(candidates))
-	copy(cands, candidates)
-	// Placements add to a node's pods and used resources: copy those of a node on its first
-	// placement, never the caller's.
-	copied := make([]bool, len(cands))
+	// Placements add to a node's pods and used resources: they go to a copy of the node's candidate
+	// made on its first placement, never to the caller's, which the next stall reuses. A thousand
+	// candidates are not copied for the few that take a placement.
+	placedOn := map[int]*Candidate{}
 	place := func(p *podinfo.Pod, exclude string) bool {
-		for i := range cands {
-			if !fits(p, exclude, cands[i]) {
+		for i := range candidates {
+			c, ok := placedOn[i]
+			if !ok {
+				c = &candidates[i]
+			}
+			if !fits(p, exclude, *c) {
 				continue
 			}
-			if !copied[i] {
+			if !ok {
 				used := corev1.ResourceList{}
-				if cands[i].Used != nil {
-					addTo(used, cands[i].Used)
+				if c.Used != nil {
+					addTo(used, c.Used)
 				} else {
-					used = UsedBy(cands[i].Pods)
+					used = UsedBy(c.Pods)
 				}
-				cands[i].Used, copied[i] = used, true
-				cands[i].Pods = cands[i].Pods[:len(cands[i].Pods):len(cands[i].Pods)]
+				c = &Candidate{Node: c.Node, Pods: c.Pods[:len(c.Pods):len(c.Pods)], Used: used}
+				placedOn[i] = c
 			}
-			cands[i].Pods = append(cands[i].Pods, p)
-			addTo(cands[i].Used, p.Spec.Requests)
+			c.Pods = append(c.Pods, p)
+			addTo(c.Used, p.Spec.Requests)
 			return true
 		}
 		return false

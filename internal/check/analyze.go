@@ -127,6 +127,10 @@ type analysis struct {
 	podsByNode map[string][]*podinfo.Pod
 	pdbs       *blocking.PDBIndex
 	namespaces map[string]*corev1.Namespace
+	// cands holds every node with its pods and what they use, computed once; waveCands is the
+	// buffer candidates fills for each wave (see candidates); candIndex finds a node's entry.
+	cands, waveCands []blocking.Candidate
+	candIndex        map[string]int
 }
 
 func newAnalysis(cl Cluster, cfg Config) *analysis {
@@ -349,20 +353,29 @@ func (a *analysis) namespaceScope(name string) (Verdict, string) {
 
 // candidates lists every node with its pods for the capacity check; the nodes of the wave being
 // drained count as cordoned.
+//
+// Every wave of every pool checks against the same nodes but for the wave's own: the candidates and
+// what their pods use are computed once, and the slice returned is the analysis's buffer, valid until
+// the next call.
 func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
-	draining := map[string]bool{}
-	for _, n := range wave {
-		draining[n.Name] = true
-	}
-	out := make([]blocking.Candidate, 0, len(a.cl.Nodes))
-	for _, n := range a.cl.Nodes {
-		if draining[n.Name] {
-			n = n.DeepCopy()
-			n.Spec.Unschedulable = true
+	if a.cands == nil {
+		a.cands, a.candIndex = make([]blocking.Candidate, 0, len(a.cl.Nodes)), make(map[string]int, len(a.cl.Nodes))
+		for _, n := range a.cl.Nodes {
+			a.candIndex[n.Name] = len(a.cands)
+			pods := a.podsByNode[n.Name]
+			a.cands = append(a.cands, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
 		}
-		out = append(out, blocking.Candidate{Node: n, Pods: a.podsByNode[n.Name]})
+		a.waveCands = make([]blocking.Candidate, len(a.cands))
 	}
-	return out
+	copy(a.waveCands, a.cands)
+	for _, n := range wave {
+		if i, ok := a.candIndex[n.Name]; ok {
+			cordoned := *a.cands[i].Node // a shallow copy: only Spec.Unschedulable differs
+			cordoned.Spec.Unschedulable = true
+			a.waveCands[i].Node = &cordoned
+		}
+	}
+	return a.waveCands
 }
 
 // plan sums up the pool's blocks and the extended resources their surges take.
