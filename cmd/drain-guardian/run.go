@@ -29,6 +29,12 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/version"
 )
 
+// gcPercent is the daemon's GOGC unless the environment sets one. The heap is mostly the informer
+// caches, which live as long as the process; Go's default of 100 lets garbage grow to the size of
+// that cache before a collection, doubling the memory of a large cluster's guardian for CPU it does
+// not need: between events the daemon allocates little, so collections stay rare either way.
+const gcPercent = 50
+
 // run wires the daemon and blocks until ctx ends or a component fails.
 func run(ctx context.Context, opts *options.Options) error {
 	log, err := logging.New(opts.LogFormat, opts.LogLevel)
@@ -38,6 +44,10 @@ func run(ctx context.Context, opts *options.Options) error {
 	defer func() { _ = log.Sync() }()
 	log.Info("starting drain-guardian", zap.String("version", version.Version), zap.String("revision", version.Revision),
 		zap.Bool("dryRun", opts.DryRun), zap.String("restore", opts.Restore), zap.Bool("preemptive", opts.Preemptive))
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(gcPercent)
+		log.Info("Go garbage collection percent set (GOGC overrides it)", zap.Int("gcPercent", gcPercent))
+	}
 	if soft := opts.SoftMemoryLimit(); soft > 0 {
 		if _, set := os.LookupEnv("GOMEMLIMIT"); set {
 			log.Info("GOMEMLIMIT is set: it wins over --memory-limit", zap.String("memoryLimit", opts.MemoryLimit))

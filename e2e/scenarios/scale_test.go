@@ -92,7 +92,8 @@ func TestBenchScale(t *testing.T) {
 	setup := time.Since(setupStart)
 	t.Logf("setup: %d pods Ready after %v", shape.pods(), setup.Round(time.Second))
 
-	logPath := filepath.Join(testBed.CP.LogDir(), "guardian-scale.log")
+	// The guardian's log goes next to the table and the profiles (see profile), to be read after the run.
+	logPath := filepath.Join(b.outDir(), "guardian-scale.log")
 	start := time.Now()
 	// Default flags, but --lookahead=0: a look-ahead surge starts before the MCO targets the node,
 	// and the latency measured here is from the MCO's targeting to the guardian's write.
@@ -479,15 +480,19 @@ func (b *scaleBed) metric(g *testbed.Guardian, name string) float64 {
 	return sum
 }
 
+// outDir is where the table goes (make bench-scale: .cluster/), which outlives the test bed's
+// directory; the test bed's log directory without E2E_SCALE_OUT.
+func (b *scaleBed) outDir() string {
+	if out := os.Getenv(scaleOutEnv); out != "" {
+		return filepath.Dir(out)
+	}
+	return testBed.CP.LogDir()
+}
+
 // profile saves one of the guardian's Go profiles and logs its top
 // entries (go tool pprof -top): what the memory and the idle CPU are spent on.
 func (b *scaleBed) profile(g *testbed.Guardian, name, query, file string) {
-	// Next to the table (make bench-scale: .cluster/), which outlives the test bed's directory.
-	dir := testBed.CP.LogDir()
-	if out := os.Getenv(scaleOutEnv); out != "" {
-		dir = filepath.Dir(out)
-	}
-	path := filepath.Join(dir, file)
+	path := filepath.Join(b.outDir(), file)
 	if err := g.SaveProfile(b.ctx, name, query, path); err != nil {
 		b.t.Errorf("%s profile: %v", name, err)
 		return
