@@ -349,7 +349,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--config=" + stages,
 		"--manage-nodes-with-annotation-selector=" + FakeNodeAnnotation + "=fake",
 		// Node leases keep the node lifecycle controller from marking the fake nodes NotReady
-		// between kwok's infrequent status updates.
+		// between their status reports, every five minutes as a kubelet's (kwok-stages.yaml).
 		"--node-lease-duration-seconds=40",
 		"--cidr=127.64.0.1/16",
 		"--node-ip=127.0.0.1",
