@@ -434,7 +434,7 @@ func (a *analysis) free() map[string]int64 {
 		}
 		used := map[string]int64{}
 		for _, p := range a.podsByNode[n.Name] {
-			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			if p.Finished() {
 				continue
 			}
 			for name, q := range extended(p.Spec.Requests, 1) {

@@ -70,7 +70,7 @@ func (c *Controller) onPod(obj any) {
 			c.enqueueNode(n)
 		}
 	}
-	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if p.DeletionTimestamp != nil || p.Finished() {
 		// A pod leaving frees its requests: a stall deferred for capacity may fit now.
 		for _, n := range c.state.wantingNodes() {
 			c.enqueueNode(n)

@@ -16,7 +16,8 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // slim is the informers' transform: every cached object loses its managedFields, and the kinds the
 // guardian caches in bulk (Pods, Nodes, ReplicaSets, Deployments, StatefulSets) keep only what its
-// decisions read. Pods become the compact *podinfo.Pod, read through podinfo.Lister. The guardian never writes a cached object back whole (its writes are patches, the
+// decisions read; pods become the compact *podinfo.Pod (read through podinfo.Lister), ReplicaSets
+// their metadata. The guardian never writes a cached object back whole (its writes are patches, the
 // Eviction API and Surge status updates), so nothing dropped here can be lost on the server.
 //
 // What a decision reads and the transform dropped is caught by the controller's unit tests, whose
