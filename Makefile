@@ -19,13 +19,20 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
+.PHONY: help build controlplane generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## Build bin/drain-guardian
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/drain-guardian
+
+# The test bed's binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok) and the
+# daemon, built once into .cluster/bin with progress lines. Every target that starts a control plane
+# depends on it: the suites and the demo only check that the binaries are there, so no test's deadline
+# includes a build. A second `make controlplane` waits for the first one's lock, without a deadline.
+controlplane: ## Build the local control plane's binaries (first time about 15 minutes on 2 cores, then seconds)
+	cd e2e && $(GO) run ./cmd/testbed build
 
 generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go and the Surge CRD in manifests/base/crd
 	$(CONTROLLER_GEN) $(CONTROLLER_GEN_ARGS) output:crd:dir=$(CURDIR)/$(CRD_DIR)
@@ -56,7 +63,7 @@ test-rules: ## promtool checks and unit tests of the alerting rules
 	promtool check rules manifests/prometheus/drain-guardian.rules.yaml
 	promtool test rules manifests/tests/alerts_test.yaml
 
-e2e: build ## End-to-end suite on a real local control plane (builds it once, minutes the first time)
+e2e: build controlplane ## End-to-end suite on a real local control plane
 	cd e2e && $(GO) test $(E2E_FLAGS) ./...
 	@# The simulators against a control plane of their own: that KServe and the MCO write as the real
 	@# controllers do (build tag e2e_sim; run after the scenarios so that no two suites share the CPU).
@@ -71,7 +78,7 @@ test: lint unit test-rules e2e ## Everything CI runs: lint, unit tests, alert te
 T_READY    ?= 5s,20s
 TIME_SCALE ?= 0.1
 
-bench-pool: build ## Pool updates on the test bed: look-ahead on/off, restore policies, no guardian, vs two-replica models (minutes)
+bench-pool: build controlplane ## Pool updates on the test bed: look-ahead on/off, restore policies, no guardian, vs two-replica models (minutes)
 	cd e2e && E2E_BENCH=1 E2E_BENCH_READY=$(T_READY) TIME_SCALE=$(TIME_SCALE) E2E_BENCH_OUT=$(CURDIR)/.cluster/bench-pool.md \
 		$(GO) test -v -count=1 -timeout 90m -run '^TestBenchPool$$' ./scenarios/
 	@echo "table written to .cluster/bench-pool.md"
@@ -79,7 +86,7 @@ bench-pool: build ## Pool updates on the test bed: look-ahead on/off, restore po
 # The scale benchmark's idle window; make bench-scale SCALE_IDLE=1m for a quicker look.
 SCALE_IDLE ?= 5m
 
-bench-scale: build ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memory, idle CPU, surge latency (tens of minutes)
+bench-scale: build controlplane ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memory, idle CPU, surge latency (tens of minutes)
 	cd e2e && E2E_SCALE=1 E2E_SCALE_IDLE=$(SCALE_IDLE) E2E_SCALE_OUT=$(CURDIR)/.cluster/bench-scale.md \
 		$(GO) test -v -count=1 -timeout 100m -run '^TestBenchScale$$' ./scenarios/
 	@echo "table written to .cluster/bench-scale.md"
@@ -88,7 +95,7 @@ bench-scale: build ## 1,000 nodes, 30,000 pods, 3,000 PDBs on the test bed: memo
 CHAOS_SEED ?= 1
 CHAOS_RATE ?= 0.1
 
-chaos: build ## Pool updates under API faults, leader kills and control-plane restarts; table into docs/reliability.md (about 8 minutes)
+chaos: build controlplane ## Pool updates under API faults, leader kills and control-plane restarts; table into docs/reliability.md (about 8 minutes)
 	cd e2e && E2E_CHAOS=1 E2E_CHAOS_SEED=$(CHAOS_SEED) E2E_CHAOS_RATE=$(CHAOS_RATE) E2E_CHAOS_OUT=$(CURDIR)/docs/reliability.md \
 		$(GO) test -v -count=1 -timeout 80m -run '^TestChaos$$' ./scenarios/
 	@echo "table written to docs/reliability.md"
@@ -96,13 +103,13 @@ chaos: build ## Pool updates under API faults, leader kills and control-plane re
 bench: ## Benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
-cluster-up: build ## Start the local control plane with MCO and KServe simulators in the background
+cluster-up: build controlplane ## Start the local control plane with MCO and KServe simulators in the background
 	cd e2e && $(GO) run ./cmd/testbed up
 
 cluster-down: ## Stop exactly what cluster-up started
 	cd e2e && $(GO) run ./cmd/testbed down
 
-demo: build ## The whole story on a local control plane: stalled pool update resolved with no downtime
+demo: build controlplane ## The whole story on a local control plane: stalled pool update resolved with no downtime
 	cd e2e && $(GO) run ./cmd/testbed demo
 
 image: ## Build the container image (needs a container engine)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +39,10 @@ const (
 // chaosTimeout bounds one chaos case: setup, a pool update under faults and kills, and the restore.
 const chaosTimeout = 9 * time.Minute
 
-// The phases a kill is counted in: the Surge phases a guardian can die in, and "no Surge".
+// The phases a kill is counted in: the Surge phases a guardian can die in, and "no Surge". A kill
+// counts in the phases the Surges are observed in at that moment and, when the first sight of a phase
+// set it off, in that phase: every phase a surge passes through is therefore covered by construction,
+// however briefly it lasts.
 var chaosPhases = []string{"none", "Pending", "Surged", "Ready", "Resolved", "Restoring"}
 
 // chaosCase is one pool scenario run under chaos.
@@ -616,16 +620,25 @@ func (k *killer) run(ctx context.Context, s *scenario) {
 		if g == nil {
 			return
 		}
+		// written is the phase whose first sight triggers this kill: the leader killed is the one that
+		// has just written it (or, if it died meanwhile, the one that took over from it), so the kill
+		// counts in that phase even when the Surge has moved on since: Ready lasts one sync.
+		written := ""
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(killMin + time.Duration(k.rng.Float64()*float64(killMax-killMin))):
-		case <-k.inv.newPhase:
+			g = k.fleet.leader(ctx)
+		case written = <-k.inv.newPhase:
+			g = k.waitLeader(ctx)
 		}
-		if g = k.fleet.leader(ctx); g == nil {
+		if g == nil {
 			continue
 		}
 		phases := k.inv.currentPhases()
+		if written != "" && !slices.Contains(phases, written) {
+			phases = append(phases, written)
+		}
 		s.note("CHAOS: SIGKILL the leader (pid %d) while Surges are %v", g.Pid(), phases)
 		g.Kill()
 		k.count(phases)
@@ -637,15 +650,6 @@ func (k *killer) run(ctx context.Context, s *scenario) {
 				k.count(phases)
 			}
 		}
-	}
-}
-
-func (k *killer) count(phases []string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.kills++
-	for _, p := range phases {
-		k.killedIn[p]++
 	}
 }
 

@@ -7,6 +7,8 @@
 //	testbed serve    run it in the foreground (what up starts, detached)
 //	testbed demo     the newcomer's demo on a private control plane: a stalled pool update resolved
 //	                 by drain-guardian with no downtime, as a live timeline and a verdict
+//	testbed build    build what is missing of the control plane and drain-guardian, with progress,
+//	                 waiting for another process that builds (what `make controlplane` runs)
 //
 // State lives in <repo>/.cluster (override with --dir): the admin kubeconfig, the guardian's
 // kubeconfig, component logs in logs/ and the supervisor's log in testbed.log. Binaries are always
@@ -56,7 +58,7 @@ func main() {
 	fs := flag.NewFlagSet("testbed", flag.ExitOnError)
 	dirFlag := fs.String("dir", "", "state directory (default <repo>/.cluster)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: testbed [--dir DIR] up|down|status|serve|demo\n")
+		fmt.Fprintf(fs.Output(), "usage: testbed [--dir DIR] up|down|status|serve|demo|build\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
@@ -85,9 +87,16 @@ func main() {
 		err = tb.status()
 	case "serve":
 		err = tb.serve()
+	case "build":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = buildAll(ctx, root)
+		stop()
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = demo.Run(ctx, os.Stdout, root)
+		// The build comes first and has no deadline: the demo's own time is the story's.
+		if err = buildAll(ctx, root); err == nil {
+			err = demo.Run(ctx, os.Stdout, root)
+		}
 		stop()
 	default:
 		fs.Usage()
@@ -96,6 +105,18 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+}
+
+// buildAll builds every binary the test bed runs that is missing or stale, printing progress; it
+// waits without a deadline for another process that holds the build lock.
+func buildAll(ctx context.Context, root string) error {
+	start := time.Now()
+	b := build.New(root, os.Stdout)
+	if err := b.Ensure(ctx, append(build.ControlPlaneBinaries, build.DrainGuardian)...); err != nil {
+		return err
+	}
+	fmt.Printf("control plane and drain-guardian are built (%s)\n", time.Since(start).Round(time.Second))
+	return nil
 }
 
 func fatal(err error) {

@@ -5,8 +5,11 @@
 // Control-plane binaries are built once into <repo>/.cluster/bin and reused until the go.sum of the
 // module they are built in changes: the first kube-apiserver build takes minutes, and the dependency pins are the only
 // input that changes them. The daemon is rebuilt when a source of its module is newer than
-// bin/drain-guardian, with the flags `make build` uses, so that after `make build` (which `make demo`
-// and `make e2e` run first) the test bed runs that very binary instead of compiling it again.
+// bin/drain-guardian, with the flags `make build` uses.
+//
+// Building is a step of its own, never part of a test: `make controlplane` (Ensure, which waits for
+// another builder without a deadline) runs before every suite, and the suites only Check, which
+// answers at once. A test's deadline therefore never includes a build or a wait for the build lock.
 package build
 
 import (
@@ -104,6 +107,62 @@ func (b *Builder) EnsureControlPlane(ctx context.Context) error {
 	return b.Ensure(ctx, ControlPlaneBinaries...)
 }
 
+// ErrNotBuilt is returned by Check when a binary is missing or stale: the suites and the demo do not
+// build, `make controlplane` and `make build` do.
+var ErrNotBuilt = errors.New("not built")
+
+// Check returns nil when every named binary is present and up to date, and otherwise, at once, an
+// error wrapping ErrNotBuilt that names the binaries and says how to build them (and whether another
+// process is building them right now). It never builds and never waits.
+func (b *Builder) Check(names ...string) error {
+	var missing []string
+	for _, name := range names {
+		stale, err := b.stale(name)
+		if err != nil {
+			return err
+		}
+		if stale {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	hint := "run `make controlplane` (and `make build` for drain-guardian) first: the first build takes minutes"
+	if held, err := lockHeld(filepath.Join(b.BinDir, ".lock")); err == nil && held {
+		hint = "another process is building into " + b.BinDir + " right now; wait for it (`make controlplane` waits) and run again"
+	}
+	return fmt.Errorf("%w: %s missing or older than its sources in %s: %s", ErrNotBuilt, strings.Join(missing, ", "), b.BinDir, hint)
+}
+
+// stale tells whether the named binary is missing or older than what it is built from: the go.sum of
+// its module for the control plane, any source of the daemon's module for drain-guardian.
+func (b *Builder) stale(name string) (bool, error) {
+	fi, err := os.Stat(b.Path(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if name == DrainGuardian {
+		newest, err := newestFile(b.RepoRoot, daemonSources)
+		if err != nil {
+			return false, err
+		}
+		return fi.ModTime().Before(newest), nil
+	}
+	src, ok := sources[name]
+	if !ok {
+		return false, fmt.Errorf("unknown binary %q", name)
+	}
+	goSum, err := os.Stat(filepath.Join(b.RepoRoot, "e2e", src.module, "go.sum"))
+	if err != nil {
+		return false, fmt.Errorf("module of %s: %w", name, err)
+	}
+	return fi.ModTime().Before(goSum.ModTime()), nil
+}
+
 // Ensure builds the named binaries that are missing or older than the go.sum of the module they are
 // built in; DrainGuardian when older than any of its sources. Concurrent callers, in this or other processes,
 // serialise on a lock file so that two test binaries never compile the same thing at once on a
@@ -131,24 +190,21 @@ func (b *Builder) Ensure(ctx context.Context, names ...string) error {
 	defer unlock()
 
 	for _, name := range names {
+		stale, err := b.stale(name)
+		if err != nil {
+			return err
+		}
+		if !stale {
+			continue
+		}
 		if name == DrainGuardian {
 			if err := b.buildDaemon(ctx); err != nil {
 				return err
 			}
 			continue
 		}
-		src, ok := sources[name]
-		if !ok {
-			return fmt.Errorf("unknown binary %q", name)
-		}
+		src := sources[name]
 		dir := filepath.Join(b.RepoRoot, "e2e", src.module)
-		goSum, err := os.Stat(filepath.Join(dir, "go.sum"))
-		if err != nil {
-			return fmt.Errorf("module of %s: %w", name, err)
-		}
-		if fi, err := os.Stat(b.Path(name)); err == nil && !fi.ModTime().Before(goSum.ModTime()) {
-			continue
-		}
 		var ldflags string
 		if strings.HasPrefix(src.pkg, "k8s.io/kubernetes/") {
 			if ldflags, err = kubernetesVersionFlags(ctx, dir); err != nil {
@@ -166,18 +222,12 @@ func (b *Builder) Ensure(ctx context.Context, names ...string) error {
 var daemonSources = []string{"go.mod", "go.sum", "cmd", "internal", "api"}
 
 // buildDaemon builds bin/drain-guardian as `make build` does (static, -trimpath, version stamped
-// from git), unless it is newer than all its sources.
+// from git).
 func (b *Builder) buildDaemon(ctx context.Context) error {
-	out := b.Path(DrainGuardian)
-	if fi, err := os.Stat(out); err == nil {
-		if newest, err := newestFile(b.RepoRoot, daemonSources); err == nil && !fi.ModTime().Before(newest) {
-			return nil
-		}
-	}
 	version, revision := gitOutput(ctx, b.RepoRoot, "dev", "describe", "--tags", "--always", "--dirty"), gitOutput(ctx, b.RepoRoot, "unknown", "rev-parse", "HEAD")
 	const pkg = "github.com/drain-guardian/drain-guardian/internal/version"
 	ldflags := "-X " + pkg + ".Version=" + version + " -X " + pkg + ".Revision=" + revision
-	return b.goBuild(ctx, DrainGuardian, b.RepoRoot, "./cmd/drain-guardian", ldflags, out, "", "CGO_ENABLED=0", "-trimpath")
+	return b.goBuild(ctx, DrainGuardian, b.RepoRoot, "./cmd/drain-guardian", ldflags, b.Path(DrainGuardian), "", "CGO_ENABLED=0", "-trimpath")
 }
 
 // newestFile returns the latest modification time of the files under the given paths of root.
@@ -258,7 +308,10 @@ func (b *Builder) goBuild(ctx context.Context, name, dir, pkg, ldflags, out, not
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	// go build says nothing while it compiles: say every progressInterval that it still runs.
+	stopProgress := b.progress(name, start)
 	output, err := cmd.CombinedOutput()
+	stopProgress()
 	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("building %s (%s in %s): %w\n%s", name, pkg, dir, err, output)
@@ -306,10 +359,54 @@ func parseMajorMinor(version string) (string, string, bool) {
 	return parts[0], parts[1], true
 }
 
+// progressInterval is how often a running build reports that it still runs.
+var progressInterval = 30 * time.Second
+
+// progress prints "still building NAME" every progressInterval until the returned func is called.
+func (b *Builder) progress(name string, start time.Time) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				b.printf("  still building %s (%s)\n", name, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 func (b *Builder) printf(format string, args ...any) {
 	if b.Out != nil {
 		fmt.Fprintf(b.Out, format, args...)
 	}
+}
+
+// lockHeld tells whether another open file holds the flock on path, without waiting for it.
+func lockHeld(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return false, nil
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	return false, err
 }
 
 // lock takes an exclusive flock on path, polling so that ctx can cancel the wait; waiting is called

@@ -2,8 +2,10 @@ package build
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,8 +35,13 @@ func fakeRepo(t *testing.T) *Builder {
 	if err := os.MkdirAll(filepath.Join(root, "e2e"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "e2e", "go.sum"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, mod := range []string{".", sources[Kwok].module} {
+		if err := os.MkdirAll(filepath.Join(root, "e2e", mod), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "e2e", mod, "go.sum"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return New(root, nil)
 }
@@ -108,4 +115,94 @@ func TestEnsureDaemonRebuildsOnlyWhenASourceIsNewer(t *testing.T) {
 	if err := b.Ensure(context.Background(), DrainGuardian); err == nil {
 		t.Fatal("a source newer than the daemon did not rebuild it")
 	}
+}
+
+// The suites never build: Check answers at once, with a message that says to build first.
+func TestCheckNamesWhatIsMissingAndHowToBuildIt(t *testing.T) {
+	b := fakeRepo(t)
+	err := b.Check(ControlPlaneBinaries...)
+	if !errors.Is(err, ErrNotBuilt) {
+		t.Fatalf("Check with no binaries = %v, want ErrNotBuilt", err)
+	}
+	for _, want := range []string{KubeAPIServer, Kwok, "make controlplane"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Check error %q does not mention %q", err, want)
+		}
+	}
+	if err := os.MkdirAll(b.BinDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ControlPlaneBinaries {
+		if err := os.WriteFile(b.Path(name), []byte("binary"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Check(ControlPlaneBinaries...); err != nil {
+		t.Fatalf("Check with every binary newer than go.sum: %v", err)
+	}
+}
+
+// A suite started while another process holds the build lock fails at once and says a build is
+// running, instead of waiting inside its own deadline.
+func TestCheckDoesNotWaitForTheBuildLock(t *testing.T) {
+	b := fakeRepo(t)
+	if err := os.MkdirAll(b.BinDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Another open file description holding the flock is what another process's build looks like.
+	unlock, err := lock(context.Background(), filepath.Join(b.BinDir, ".lock"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	done := make(chan error, 1)
+	go func() { done <- b.Check(KubeAPIServer) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "another process is building") {
+			t.Fatalf("Check while the lock is held = %v, want ErrNotBuilt saying another process is building", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Check waited for the build lock")
+	}
+}
+
+// Ensure, which `make controlplane` runs, is the one that waits for the lock, and only for as long
+// as its context allows: the builder's caller decides, and make gives it no deadline.
+func TestEnsureWaitsForTheBuildLock(t *testing.T) {
+	b := fakeRepo(t)
+	if err := os.MkdirAll(b.BinDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lock(context.Background(), filepath.Join(b.BinDir, ".lock"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	b.Out = lineFunc(func(line string) {
+		if strings.Contains(line, "waiting for another process") {
+			close(waiting)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Ensure(ctx, Kubectl) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Ensure returned %v while another process held the build lock, want it to wait", err)
+	case <-waiting:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Ensure after its context was cancelled = %v, want context.Canceled", err)
+	}
+	unlock()
+}
+
+// lineFunc is an io.Writer that hands each write to a function.
+type lineFunc func(string)
+
+func (f lineFunc) Write(p []byte) (int, error) {
+	f(string(p))
+	return len(p), nil
 }

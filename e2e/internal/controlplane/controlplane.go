@@ -97,7 +97,7 @@ type ControlPlane struct {
 	stopOnce sync.Once
 }
 
-// Start builds what is missing, starts every component, installs the CRDs and the guardian's
+// Start checks that the binaries are built (it never builds them: see package build), starts every component, installs the CRDs and the guardian's
 // identity, and returns once the cluster is usable. On error everything started is stopped again.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.Dir == "" {
@@ -206,7 +206,7 @@ func (cp *ControlPlane) Restart(ctx context.Context, name string) error {
 }
 
 func (cp *ControlPlane) start(ctx context.Context) error {
-	if err := cp.builder.EnsureControlPlane(ctx); err != nil {
+	if err := cp.builder.Check(build.ControlPlaneBinaries...); err != nil {
 		return err
 	}
 	// Only the paths this package creates are reset, so that a state directory shared with other

@@ -87,7 +87,7 @@ func Run(ctx context.Context, out io.Writer, repoRoot string) (err error) {
 
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	say("drain-guardian demo: TIME_SCALE=%g (the MachineConfig operator runs %.0fx faster than on a real cluster)", scale, 1/scale)
-	say("starting a local control plane (the first run builds it, which takes minutes)...")
+	say("starting a local control plane...")
 	tb, err := testbed.StartTestBed(ctx, testbed.TestBedConfig{Dir: dir, RepoRoot: repoRoot, TimeScale: scale, Out: indent(out)})
 	if err != nil {
 		return err
