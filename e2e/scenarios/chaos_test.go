@@ -653,6 +653,15 @@ func (k *killer) run(ctx context.Context, s *scenario) {
 	}
 }
 
+func (k *killer) count(phases []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.kills++
+	for _, p := range phases {
+		k.killedIn[p]++
+	}
+}
+
 // waitLeader polls until a guardian leads; nil when ctx ends first.
 func (k *killer) waitLeader(ctx context.Context) *testbed.Guardian {
 	for {
