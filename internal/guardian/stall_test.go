@@ -202,7 +202,10 @@ func TestDecideStallsOutcomes(t *testing.T) {
 		{name: "predicting: a failed Surge of an earlier drain is gone", cfg: StallConfig{Predicting: true},
 			mutate:  func(_ *fixture, w *Wave) { w.Stalls[0].Existing = surge("s", "w1", "rendered-1", v1alpha1.PhaseFailed) },
 			outcome: OutcomeSurge, inScope: true},
-		{name: "no capacity", mutate: func(f *fixture, w *Wave) { f.nodes[1].Status.Allocatable[gpu] = resource.MustParse("0"); w.Ledger = f.ledger() },
+		{name: "no capacity", mutate: func(f *fixture, w *Wave) {
+			f.nodes[1].Status.Allocatable[gpu] = resource.MustParse("0")
+			w.Ledger = f.ledger()
+		},
 			outcome: OutcomeDefer, reason: StallNoCapacity, detail: "missing 1 nvidia.com/gpu", inScope: true},
 		{name: "concurrency limit", cfg: StallConfig{MaxInFlight: 2}, mutate: func(_ *fixture, w *Wave) { w.InFlight = 2 },
 			outcome: OutcomeDefer, reason: StallDeferred, detail: "--max-concurrent-surges=2", inScope: true},
