@@ -37,7 +37,8 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
-	cl := check.Cluster{Workloads: c.store, Pending: c.pendingReplacements()}
+	view := c.flight.view(c.surges.List())
+	cl := check.Cluster{Workloads: c.store, Pending: append(c.pendingReplacements(view.trusted), view.unverified...)}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

@@ -588,7 +588,7 @@ func TestOptOutAndScopeAreRespected(t *testing.T) {
 
 func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge = 1 }, stalled()...)
-	h.c.state.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}})
+	h.c.flight.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}}, nil)
 	if after := h.syncNode("w1"); after <= 0 {
 		t.Fatal("a deferred surge must be retried")
 	}

@@ -11,6 +11,7 @@ import (
 // with its pods, and the replacements the scheduler has still to place, which come first. A surge
 // decided books its replacements, so the next stall of the same ledger cannot take the same room.
 type Ledger struct {
+	load       func() []blocking.Candidate
 	candidates []blocking.Candidate
 	pending    []*podinfo.Pod
 	booked     int
@@ -22,15 +23,28 @@ func NewLedger(candidates []blocking.Candidate, pending []*podinfo.Pod) *Ledger 
 	return &Ledger{candidates: candidates, pending: pending[:len(pending):len(pending)]}
 }
 
+// NewLazyLedger is NewLedger with the candidates listed on first use: listing them reads every node
+// and pod of the cluster, which a sync whose stalls need no placement never does.
+func NewLazyLedger(candidates func() []blocking.Candidate, pending []*podinfo.Pod) *Ledger {
+	return &Ledger{load: candidates, pending: pending[:len(pending):len(pending)]}
+}
+
+func (l *Ledger) nodes() []blocking.Candidate {
+	if l.load != nil {
+		l.candidates, l.load = l.load(), nil
+	}
+	return l.candidates
+}
+
 // Fit places n replacements of pod after everything booked; it books nothing (see blocking.Fit).
 func (l *Ledger) Fit(pod *podinfo.Pod, n int) (int, corev1.ResourceList) {
-	return blocking.Fit(pod, n, l.pending, l.candidates)
+	return blocking.Fit(pod, n, l.pending, l.nodes())
 }
 
 // FitWhere is Fit on the candidates keep accepts, with extra replacements placed before pod's.
 func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool, extra []*podinfo.Pod) (int, corev1.ResourceList) {
 	var cands []blocking.Candidate
-	for _, c := range l.candidates {
+	for _, c := range l.nodes() {
 		if keep == nil || keep(c.Node) {
 			cands = append(cands, c)
 		}

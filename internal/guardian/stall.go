@@ -170,7 +170,7 @@ func controllerUID(p *podinfo.Pod) types.UID {
 // decideOne decides one stall: scope, owner, existing Surge, PDB, surge plan, then room.
 func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
 	d := Decision{Regarding: st.Pod.Ref()}
-	if r, detail := scope(cfg, w, st); r != StallNone {
+	if r, detail := Scope(cfg, w.PoolSelected, st.Namespace, st.Pod.Namespace); r != StallNone {
 		return d.with(OutcomeIgnore, r, "%s", detail)
 	}
 	d.InScope = true
@@ -224,15 +224,15 @@ func outcomeOf(r StallReason) Outcome {
 	return OutcomeUnresolvable
 }
 
-// scope applies --pool-selector, --namespace-selector and the namespace opt-out annotation.
+// Scope applies --pool-selector, --namespace-selector and the namespace opt-out annotation to a pod
+// of namespace name (ns is that namespace, nil when it cannot be read); StallNone means in scope.
 // Labels and annotations are the namespace owner's input: only the documented values count.
-func scope(cfg StallConfig, w *Wave, st *Stall) (StallReason, string) {
-	ns := st.Namespace
+func Scope(cfg StallConfig, poolSelected bool, ns *corev1.Namespace, name string) (StallReason, string) {
 	switch {
-	case !w.PoolSelected:
+	case !poolSelected:
 		return StallOutOfScope, "the pool does not match --pool-selector: the guardian leaves it alone"
 	case ns == nil:
-		return StallOutOfScope, fmt.Sprintf("namespace %s is not readable", st.Pod.Namespace)
+		return StallOutOfScope, fmt.Sprintf("namespace %s is not readable", name)
 	case workload.IgnoredByAnnotation(ns.Annotations):
 		return StallOptedOut, fmt.Sprintf("%s=true on namespace %s", workload.IgnoreAnnotation, ns.Name)
 	case cfg.NamespaceSelector != nil && !cfg.NamespaceSelector.Matches(labels.Set(ns.Labels)):
