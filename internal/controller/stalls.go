@@ -57,8 +57,8 @@ func (c *Controller) observeStall(st *guardian.Stall, seen map[types.UID]guardia
 	}
 	st.PDBStatusBehind = !st.MultiplePDBs && c.pdbStatusBehind(st.PDB)
 	st.Owner = workload.Observe(c.store, st.Pod)
-	if t := st.Owner.Target; t != nil && st.Owner.Err == nil {
-		st.Existing, _ = c.surges.Get(t.Ref.Namespace, surgeName(t))
+	if st.Owner.Err == nil {
+		st.Existing = c.surgeOf(st.Owner.Target)
 	}
 	seen[owner] = *st
 }
