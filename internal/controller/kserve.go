@@ -19,18 +19,6 @@ import (
 // kserveDiscoveryPeriod is how often the guardian looks for KServe APIs installed after it started.
 const kserveDiscoveryPeriod = time.Minute
 
-// kserveVersions lists, per kind, the versions to watch in order of preference: LLMInferenceService is
-// v1alpha1 up to OpenShift AI 3.3 and stored as v1alpha2 from 3.4; owners are matched by group and kind,
-// so any served version will do.
-var kserveVersions = []struct {
-	kind     workload.Kind
-	resource string
-	versions []string
-}{
-	{workload.KindInferenceService, "inferenceservices", []string{"v1beta1"}},
-	{workload.KindLLMInferenceService, "llminferenceservices", []string{"v1alpha2", "v1alpha1"}},
-}
-
 type kserveAPI struct {
 	gvr schema.GroupVersionResource
 	inf cache.SharedIndexInformer
@@ -89,11 +77,12 @@ func (k *kserveAPIs) nilKeepsCount() bool {
 
 // discover starts an informer for every KServe kind the cluster newly serves.
 func (k *kserveAPIs) discover(ctx context.Context) error {
-	for _, kv := range kserveVersions {
+	for _, kind := range workload.KServeKinds() {
+		api, _ := workload.KServeAPIOf(kind)
 		k.mu.RLock()
-		_, known := k.apis[kv.kind]
+		_, known := k.apis[kind]
 		k.mu.RUnlock()
-		for _, v := range kv.versions {
+		for _, v := range api.Versions {
 			gv := schema.GroupVersion{Group: workload.KServeGroup, Version: v}
 			list, err := k.discovery.ServerResourcesForGroupVersion(gv.String())
 			if apierrors.IsNotFound(err) {
@@ -104,18 +93,20 @@ func (k *kserveAPIs) discover(ctx context.Context) error {
 			}
 			served := false
 			for _, r := range list.APIResources {
-				served = served || r.Name == kv.resource
+				served = served || r.Name == api.Resource
 			}
 			if !served {
 				continue
 			}
-			if kv.kind == workload.KindLLMInferenceService && v == "v1alpha2" {
+			// OpenShift AI 3.4 stores LLMInferenceService as v1alpha2, and there an absent replica
+			// field keeps the Deployment's count.
+			if kind == workload.KindLLMInferenceService && v == "v1alpha2" {
 				k.mu.Lock()
 				k.v1alpha2 = true
 				k.mu.Unlock()
 			}
 			if !known {
-				k.start(ctx, kv.kind, gv.WithResource(kv.resource))
+				k.start(ctx, kind, gv.WithResource(api.Resource))
 			}
 			break
 		}
