@@ -170,4 +170,3 @@ func (c *Controller) candidates() []blocking.Candidate {
 	}
 	return out
 }
-
