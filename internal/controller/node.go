@@ -24,8 +24,6 @@ type nodeObservation struct {
 	node *corev1.Node
 	pool string
 	wave guardian.Wave
-	// candidates are every node with its pods, for the capacity ledger.
-	candidates []blocking.Candidate
 }
 
 // syncNode finds the pods a PDB keeps on a node that is being (or is about to be) drained and acts
