@@ -74,8 +74,3 @@ func (r StallReason) Unresolvable() bool {
 	}
 	return false
 }
-
-// StallReasons lists the reasons `check` can report, in the order it lists verdicts.
-func StallReasons() []StallReason {
-	return []StallReason{StallUnsatisfiablePDB, StallMultiplePDBs, StallUnsupportedOwner, StallOptedOut, StallOutOfScope, StallMissingRBAC, StallNoCapacity, StallSurgeFailed, StallUnknown}
-}

@@ -311,10 +311,12 @@ func TestDecideStallsOneDecisionPerWorkload(t *testing.T) {
 }
 
 func TestStallReasonNames(t *testing.T) {
-	for _, r := range append(StallReasons(), StallNone, StallDeferred, StallLookaheadSkipped, StallPDBStatusBehind) {
-		if r.String() == "" {
-			t.Errorf("reason %d has no verdict", r)
+	verdicts := map[string]bool{}
+	for r := range reasonTable {
+		if r.String() == "" || verdicts[r.String()] {
+			t.Errorf("reason %d has no verdict of its own: %q", r, r.String())
 		}
+		verdicts[r.String()] = true
 		if r.Unresolvable() && r.EventReason() == "" {
 			t.Errorf("unresolvable reason %s has no Event reason", r)
 		}
