@@ -172,7 +172,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	c.pods = podinfo.Lister{Indexer: c.podIndexer}
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
-	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL}
+	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL, clock: c.clock}
 	c.store = &workload.Store{
 		ReplicaSets: workload.MetadataIndex{Indexer: rsInf.Informer().GetIndexer(), Resource: appsv1.Resource("replicasets")},
 		Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
@@ -232,6 +232,9 @@ func (c *Controller) setClock(clk clock.WithTicker) {
 	c.drains = newDrains(clk, c.gauges)
 	if c.exec != nil {
 		c.exec.reports, c.exec.flight = c.reports, c.flight
+	}
+	if c.scaleResources != nil {
+		c.scaleResources.clock = clk
 	}
 }
 
