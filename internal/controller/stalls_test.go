@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,5 +84,29 @@ func TestASurgeWaitsForNoMoreThanItsDelta(t *testing.T) {
 		if got := len(waitingFor(s, tt.pods)); got != tt.want {
 			t.Errorf("%s: %d replacements pending, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// An owner the cache cannot resolve yet (its ReplicaSet not delivered) is no verdict on the owner: the
+// node is retried with backoff, nothing is reported and nothing counts as unresolvable.
+func TestOwnerNotInCacheIsRetriedNotReported(t *testing.T) {
+	objs := []runtime.Object{namespace(ns), draining(gpuNode("w1")), gpuNode("w2"), workerPool(true), pdb(0, 1, 1)}
+	for _, o := range model(1, "w1") {
+		if _, isRS := o.(*appsv1.ReplicaSet); !isRS {
+			objs = append(objs, o)
+		}
+	}
+	h := newHarness(t, nil, objs...)
+	if _, err := h.c.syncNode(context.Background(), "w1"); err == nil || !strings.Contains(err.Error(), "not in cache yet") {
+		t.Fatalf("syncNode = %v, want an error to retry with backoff", err)
+	}
+	if evs := h.events(); len(evs) != 0 {
+		t.Fatalf("reported an owner not in the cache yet: %v", evs)
+	}
+	if n := testutil.CollectAndCount(h.metrics.UnresolvableBlocks); n != 0 {
+		t.Fatalf("unresolvable_blocked_pods has %d series for an owner not read yet", n)
+	}
+	if v := testutil.ToFloat64(h.metrics.BlockedPods.WithLabelValues("worker")); v != 1 {
+		t.Fatalf("blocked_pods = %v, want 1", v)
 	}
 }
