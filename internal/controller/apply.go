@@ -37,7 +37,7 @@ var stallReports = map[guardian.StallReason]stallReport{
 // applyStalls carries out the node's stall decisions: the only place on the stall path that records
 // Events, metrics, gauges and one-off reports. It returns when to look at the node again.
 func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, decisions []guardian.Decision, starts map[int]*surgeStart) (time.Duration, error) {
-	stats := &nodeStats{pool: obs.pool, unresolvable: map[string]int{}}
+	stats := &nodeStats{pool: obs.pool, unresolvable: map[unresolvable]int{}}
 	var missing corev1.ResourceList
 	var after time.Duration
 	var errs []error
@@ -78,7 +78,7 @@ func countStall(stats *nodeStats, obs *nodeObservation, d guardian.Decision) {
 	if d.Reason == guardian.StallSurgeFailed && d.Existing != nil {
 		label = d.Existing.Status.Reason
 	}
-	stats.unresolvable[label]++
+	stats.unresolvable[unresolvable{reason: label, verdict: d.Reason.String()}]++
 }
 
 // applyStall carries out one workload's decision.

@@ -488,7 +488,7 @@ func TestUnschedulableReplacementIsRolledBackAndNotRetriedForTheSameDrain(t *tes
 	if len(h.writes()) != writes {
 		t.Fatalf("the same stall was surged again after failing: %v", h.writes()[writes:])
 	}
-	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "Unschedulable")); v != 1 {
+	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "Unschedulable", "surge-failed")); v != 1 {
 		t.Fatalf("unresolvable_blocked_pods = %v", v)
 	}
 	// The node's drain ends: the failure memory is dropped.
@@ -539,7 +539,7 @@ func TestUnsatisfiablePDBIsReportedNotSurged(t *testing.T) {
 		t.Fatalf("surged for an unsatisfiable PDB: %v", w)
 	}
 	requireEvent(t, h.events(), "Warning", ReasonUnsatisfiablePDB, "maxUnavailable 0")
-	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "UnsatisfiablePDB")); v != 1 {
+	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "UnsatisfiablePDB", "unsatisfiable-pdb")); v != 1 {
 		t.Fatalf("unresolvable_blocked_pods = %v", v)
 	}
 }

@@ -99,8 +99,8 @@ func (g *gauges) publishNodes() {
 	}
 	for _, n := range g.nodes.watched {
 		m.BlockedPods.WithLabelValues(n.pool).Add(float64(n.blocked))
-		for reason, count := range n.unresolvable {
-			m.UnresolvableBlocks.WithLabelValues(n.pool, reason).Add(float64(count))
+		for u, count := range n.unresolvable {
+			m.UnresolvableBlocks.WithLabelValues(n.pool, u.reason, u.verdict).Add(float64(count))
 		}
 	}
 	for pool, nodes := range g.nodes.wanted {

@@ -21,8 +21,12 @@ import (
 type nodeStats struct {
 	pool         string
 	blocked      int
-	unresolvable map[string]int
+	unresolvable map[unresolvable]int
 }
+
+// unresolvable labels the unresolvable-pods gauge: the Event's reason, and the verdict that
+// drain_guardian_predicted_blocks and `check` name the same stall by.
+type unresolvable struct{ reason, verdict string }
 
 // capacityWantedTTL is how long a stall deferred for capacity keeps asking held surges of its pool
 // to give theirs back; the stall re-asks on every retry.
