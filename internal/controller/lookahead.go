@@ -119,9 +119,5 @@ func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
 // hasSurge reports whether the pod's workload has a Surge (of any phase) already.
 func (c *Controller) hasSurge(pod *podinfo.Pod) bool {
 	target, err := c.store.Resolve(pod)
-	if err != nil {
-		return false
-	}
-	_, err = c.surges.Get(target.Ref.Namespace, surgeName(target))
-	return err == nil
+	return err == nil && c.surgeOf(target) != nil
 }
