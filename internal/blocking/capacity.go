@@ -114,7 +114,7 @@ func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate
 // excluded node (the one the pod is to leave).
 func fits(pod *podinfo.Pod, exclude string, c Candidate) bool {
 	n := c.Node
-	if n.Name == exclude || n.Spec.Unschedulable || !nodeReady(n) {
+	if n.Name == exclude || n.Spec.Unschedulable || !NodeReady(n) {
 		return false
 	}
 	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
@@ -135,7 +135,8 @@ func fits(pod *podinfo.Pod, exclude string, c Candidate) bool {
 	return resourcesFit(pod.Spec.Requests, n.Status.Allocatable, used)
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

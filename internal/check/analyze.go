@@ -1,7 +1,6 @@
 package check
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,25 +9,21 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // Workloads is what Analyze reads about the owners of blocked pods; *workload.Store implements it.
-type Workloads interface {
-	Resolve(pod metav1.Object) (*workload.Target, error)
-	Get(ref workload.Ref) (*workload.Object, error)
-	PodOwner(ref workload.Ref) (*workload.PodOwnerState, error)
-}
+type Workloads = workload.Reader
 
 // Cluster is the snapshot Analyze works on, read from informer listers.
 type Cluster struct {
@@ -41,6 +36,8 @@ type Cluster struct {
 	// Pending are the unscheduled replacements of surges in flight: the scheduler places them first.
 	Pending   []*podinfo.Pod
 	Workloads Workloads
+	// Surge returns the Surge of a target, of any phase, or nil; nil when Surges are not known.
+	Surge func(*workload.Target) *v1alpha1.Surge
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -69,16 +66,16 @@ func Analyze(cl Cluster, cfg Config) *Report {
 	r := &Report{Mode: "mco"}
 	if cl.Pools == nil {
 		r.Mode = "cordon"
-		r.Pools = append(r.Pools, a.pool(NoPool, true, 1, byName(cl.Nodes), nil))
+		r.Pools = append(r.Pools, a.pool(NoPool, true, "", 1, byName(cl.Nodes), nil))
 		return r
 	}
 	pools := append([]*mcfgv1.MachineConfigPool{}, cl.Pools...)
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	byPool := mco.PoolsByNode(pools, cl.Nodes)
 	for _, p := range pools {
-		plan := predict(p, mco.NodesInPool(p, pools, cl.Nodes))
+		plan, drain := predict(p, mco.NodesInPool(p, pools, cl.Nodes))
 		selected := cfg.PoolSelector == nil || cfg.PoolSelector.Matches(labels.Set(p.Labels))
-		r.Pools = append(r.Pools, a.pool(p.Name, selected, plan.MaxUnavailable, plan.Order(), stages(plan)))
+		r.Pools = append(r.Pools, a.pool(p.Name, selected, drain, plan.MaxUnavailable, plan.Order(), stages(plan)))
 	}
 	var orphans []*corev1.Node
 	for _, n := range cl.Nodes {
@@ -87,21 +84,22 @@ func Analyze(cl Cluster, cfg Config) *Report {
 		}
 	}
 	if len(orphans) > 0 {
-		r.Pools = append(r.Pools, a.pool(NoPool, true, 1, byName(orphans), nil))
+		r.Pools = append(r.Pools, a.pool(NoPool, true, "", 1, byName(orphans), nil))
 	}
 	return r
 }
 
 // predict is mco.PredictTargets, or for a pool that has nothing left to update, the order of its next
-// update: as if a new config were targeted now.
-func predict(p *mcfgv1.MachineConfigPool, members []*corev1.Node) mco.Plan {
+// update: as if a new config were targeted now. It also returns the config the update drains to:
+// the drain id of the daemon's Surges (a Surge that failed for it is not made again).
+func predict(p *mcfgv1.MachineConfigPool, members []*corev1.Node) (mco.Plan, string) {
 	plan := mco.PredictTargets(p, members)
 	if len(plan.Order()) > 0 || len(members) == 0 {
-		return plan
+		return plan, p.Spec.Configuration.Name
 	}
 	next := p.DeepCopy()
 	next.Spec.Configuration.Name = nextConfig
-	return mco.PredictTargets(next, members)
+	return mco.PredictTargets(next, members), nextConfig
 }
 
 func stages(p mco.Plan) map[string]string {
@@ -124,6 +122,7 @@ func byName(nodes []*corev1.Node) []*corev1.Node {
 type analysis struct {
 	cl         Cluster
 	cfg        Config
+	stallCfg   guardian.StallConfig
 	podsByNode map[string][]*podinfo.Pod
 	pdbs       *blocking.PDBIndex
 	namespaces map[string]*corev1.Namespace
@@ -143,11 +142,14 @@ func newAnalysis(cl Cluster, cfg Config) *analysis {
 	for _, ns := range cl.Namespaces {
 		a.namespaces[ns.Name] = ns
 	}
+	// A prediction has no concurrency limit: the limit delays surges, it does not stall them.
+	a.stallCfg = guardian.StallConfig{NamespaceSelector: cfg.NamespaceSelector, NilKeepsCount: cfg.NilKeepsCount, Predicting: true}
 	return a
 }
 
-// pool predicts one pool whose remaining nodes drain in order, maxUnavailable at a time.
-func (a *analysis) pool(name string, selected bool, maxUnavailable int, order []*corev1.Node, stage map[string]string) Pool {
+// pool predicts one pool whose remaining nodes drain in order, maxUnavailable at a time; drain is
+// the config the pool updates to (a Surge that failed for it is not retried).
+func (a *analysis) pool(name string, selected bool, drain string, maxUnavailable int, order []*corev1.Node, stage map[string]string) Pool {
 	p := Pool{Name: name, MaxUnavailable: max(1, maxUnavailable), Nodes: []Node{}}
 	// held are the replacements placed so far that still take capacity when the next one is placed.
 	var held []*podinfo.Pod
@@ -158,11 +160,11 @@ func (a *analysis) pool(name string, selected bool, maxUnavailable int, order []
 		if !a.cfg.HoldAll {
 			held = nil
 		}
-		cands := a.candidates(wave)
+		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...))
 		var slowest time.Duration
 		for _, n := range wave {
 			node := Node{Name: n.Name, Stage: stage[n.Name], Wave: start/p.MaxUnavailable + 1}
-			for _, d := range a.node(n, selected, cands, &held) {
+			for _, d := range a.node(n, selected, drain, ledger) {
 				node.Blocks = append(node.Blocks, d.Block)
 				if d.Verdict.Resolvable() && d.replacements > 0 {
 					slowest = max(slowest, t.add(a.cfg, d.kind))
@@ -170,6 +172,7 @@ func (a *analysis) pool(name string, selected bool, maxUnavailable int, order []
 			}
 			p.Nodes = append(p.Nodes, node)
 		}
+		held = append(held, ledger.Booked()...)
 		waveTimes = append(waveTimes, slowest)
 	}
 	p.Plan = a.plan(p)
@@ -223,132 +226,92 @@ type decision struct {
 	replacements int
 }
 
-// node decides every pod that would block n's drain. Several blocked pods of one workload are one
-// stall, decided once, as the daemon does.
-func (a *analysis) node(n *corev1.Node, poolSelected bool, cands []blocking.Candidate, held *[]*podinfo.Pod) []decision {
-	pods := a.podsByNode[n.Name]
-	found := a.pdbs.Find(pods)
+// node decides every pod that would block n's drain with the daemon's own decision
+// (guardian.DecideStalls), booking the surges in the wave's ledger.
+func (a *analysis) node(n *corev1.Node, poolSelected bool, drain string, ledger *guardian.Ledger) []decision {
+	found := a.pdbs.Find(a.podsByNode[n.Name])
 	sort.SliceStable(found, func(i, j int) bool {
 		if found[i].Pod.Namespace != found[j].Pod.Namespace {
 			return found[i].Pod.Namespace < found[j].Pod.Namespace
 		}
 		return found[i].Pod.Name < found[j].Pod.Name
 	})
-	decided := map[types.UID]decision{}
-	var out []decision
+	w := guardian.Wave{Node: n.Name, Drain: guardian.NodeDrain{Drain: drain}, PoolSelected: poolSelected, Ledger: ledger}
+	seen := map[types.UID]guardian.Stall{}
 	for _, b := range found {
-		var owner types.UID
-		if c := metav1.GetControllerOf(b.Pod); c != nil {
-			owner = c.UID
+		st := guardian.Stall{Blocked: b, Namespace: a.namespaces[b.Pod.Namespace]}
+		if r, _ := guardian.Scope(a.stallCfg, poolSelected, st.Namespace, b.Pod.Namespace); r == guardian.StallNone {
+			a.observe(&st, seen)
 		}
-		if prev, ok := decided[owner]; ok && owner != "" {
-			d := prev
-			d.Namespace, d.Pod, d.PDB, d.replacements, d.Extra, d.Missing = b.Pod.Namespace, b.Pod.Name, b.PDB.Name, 0, nil, nil
-			d.Detail = strings.TrimSpace(d.Detail + " (one surge serves every blocked pod of the workload on this node)")
-			out = append(out, d)
+		w.Stalls = append(w.Stalls, st)
+	}
+	out := make([]decision, 0, len(found))
+	for i, d := range guardian.DecideStalls(a.stallCfg, w) {
+		if d.SameAs >= 0 {
+			out = append(out, sameStall(out[d.SameAs], w.Stalls[i]))
 			continue
 		}
-		d := a.decide(b, poolSelected, cands, held)
-		decided[owner] = d
-		out = append(out, d)
+		out = append(out, toDecision(w.Stalls[i], d))
 	}
 	return out
 }
 
-// decide mirrors the daemon's handling of one blocked pod (controller.handleBlocked) without acting.
-func (a *analysis) decide(b blocking.Blocked, poolSelected bool, cands []blocking.Candidate, held *[]*podinfo.Pod) decision {
-	d := decision{Block: Block{Namespace: b.Pod.Namespace, Pod: b.Pod.Name, PDB: b.PDB.Name, Regarding: &corev1.ObjectReference{
-		Kind: "Pod", APIVersion: "v1", Namespace: b.Pod.Namespace, Name: b.Pod.Name, UID: b.Pod.UID,
-	}}}
-	stop := func(v Verdict, format string, args ...any) decision {
-		d.Verdict, d.Detail = v, fmt.Sprintf(format, args...)
-		return d
+// observe reads the stall's owner and existing Surge, once per workload.
+func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall) {
+	var owner types.UID
+	if c := metav1.GetControllerOf(st.Pod); c != nil {
+		owner = c.UID
 	}
-	if !poolSelected {
-		return stop(OutOfScope, "the pool does not match --pool-selector: the guardian leaves it alone")
+	if prev, ok := seen[owner]; ok && owner != "" {
+		st.Owner, st.Existing = prev.Owner, prev.Existing
+		return
 	}
-	if v, why := a.namespaceScope(b.Pod.Namespace); v != "" {
-		return stop(v, "%s", why)
+	st.Owner = workload.Observe(a.cl.Workloads, st.Pod)
+	if st.Owner.Err == nil && a.cl.Surge != nil {
+		st.Existing = a.cl.Surge(st.Owner.Target)
 	}
-	target, err := a.cl.Workloads.Resolve(b.Pod)
-	var unsup *workload.UnsupportedError
-	var notServed *workload.NotServedError
+	seen[owner] = *st
+}
+
+// toDecision turns the stall decision into the report's block.
+func toDecision(st guardian.Stall, d guardian.Decision) decision {
+	out := decision{Block: Block{Namespace: st.Pod.Namespace, Pod: st.Pod.Name, PDB: st.PDB.Name, Regarding: d.Regarding,
+		Verdict: Verdict(d.Reason.String()), Detail: d.Detail}}
+	if d.Target != nil {
+		out.Workload, out.kind = string(d.Target.Ref.Kind)+" "+d.Target.Ref.Name, string(d.Target.Ref.Kind)
+	}
 	switch {
-	case errors.As(err, &unsup):
-		return stop(UnsupportedOwner, "%s", unsup.Detail)
-	case errors.As(err, &notServed):
-		return stop(UnsupportedOwner, "owned by a %s, which this cluster does not serve (or the guardian may not list)", notServed.Kind)
-	case err != nil:
-		return stop(UnsupportedOwner, "owner not found: %v", err)
+	case d.Outcome == guardian.OutcomeSurge:
+		out.Detail, out.Replicas, out.replacements = "", d.Delta, int(d.Delta)
+		out.Extra = extended(st.Pod.Spec.Requests, int64(d.Delta))
+		out.Changes = changes(d.Fields)
+		if len(out.Extra) > 0 {
+			out.Verdict = ResolvableWithCapacity
+		}
+	case d.Outcome == guardian.OutcomeCovered:
+		// The Surge's replacements are counted with the cluster's pending ones.
+		out.Detail, out.Replicas = fmt.Sprintf("(Surge %s in flight serves it)", d.Existing.Name), d.Existing.Spec.Delta
+		out.Changes = changes(d.Existing.Spec.Fields)
+	case d.Reason == guardian.StallNoCapacity:
+		out.Replicas, out.Extra, out.Missing = d.Delta, extended(st.Pod.Spec.Requests, int64(d.Delta)), quantities(d.Missing)
 	}
-	d.Workload, d.kind, d.Regarding = string(target.Ref.Kind)+" "+target.Ref.Name, string(target.Ref.Kind), target.Ref.ObjectReference()
-	obj, err := a.cl.Workloads.Get(target.Ref)
-	switch {
-	case apierrors.IsForbidden(err) && target.Ref.ViaScale():
-		gv, _ := schema.ParseGroupVersion(target.Ref.APIVersion)
-		return stop(MissingRBAC, "%s %s has a /scale subresource the guardian may not use: grant get and patch on %s/scale in API group %q",
-			target.Ref.Kind, target.Ref.Name, target.Ref.Resource, gv.Group)
-	case errors.As(err, &notServed):
-		return stop(UnsupportedOwner, "owned by a %s, which this cluster does not serve (or the guardian may not list)", notServed.Kind)
-	case err != nil:
-		return stop(UnsupportedOwner, "reading %s: %v", target.Ref, err)
-	}
-	owner, err := a.cl.Workloads.PodOwner(target.PodOwner)
-	if err != nil {
-		return stop(UnsupportedOwner, "reading %s: %v", target.PodOwner, err)
-	}
-	if obj.Ignored() || workload.IgnoredByAnnotation(owner.Annotations) {
-		return stop(OptedOut, "%s=true on %s: the guardian will not surge it", workload.IgnoreAnnotation, target.Ref.Kind)
-	}
-	delta, why := blocking.SurgeNeeded(b.PDB)
-	if b.MultiplePDBs {
-		return stop(MultiplePDBs, "more than one PDB selects the pod; the Eviction API refuses it whatever the budgets")
-	}
-	if why != "" {
-		return stop(UnsatisfiablePDB, "%s", describePDB(b.PDB, why))
-	}
-	fields, err := workload.PlanSurge(obj, target, owner.Replicas, delta, a.cfg.NilKeepsCount)
-	if errors.As(err, &unsup) {
-		return stop(UnsupportedOwner, "%s", unsup.Detail)
-	} else if err != nil {
-		return stop(UnsupportedOwner, "%v", err)
-	}
-	for _, f := range fields {
-		d.Changes = append(d.Changes, Change{Path: f.Path, From: f.Original, To: f.Set})
-	}
-	d.Replicas = delta
-	placed, missing := blocking.Fit(b.Pod, int(delta), append(append([]*podinfo.Pod{}, a.cl.Pending...), *held...), cands)
-	for range placed {
-		*held = append(*held, b.Pod.Unscheduled(b.Pod.Name))
-	}
-	d.Extra = extended(b.Pod.Spec.Requests, int64(delta))
-	if placed < int(delta) {
-		d.Changes = nil
-		d.Missing = quantities(missing)
-		return stop(NoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s", int(delta)-placed, delta, blocking.DescribeResources(missing))
-	}
-	d.replacements = placed
-	d.Verdict = Resolvable
-	if len(d.Extra) > 0 {
-		d.Verdict = ResolvableWithCapacity
-	}
+	return out
+}
+
+// sameStall is the block of a second pod of a workload decided already: one surge serves both.
+func sameStall(first decision, st guardian.Stall) decision {
+	d := first
+	d.Namespace, d.Pod, d.PDB, d.replacements, d.Extra, d.Missing = st.Pod.Namespace, st.Pod.Name, st.PDB.Name, 0, nil, nil
+	d.Detail = strings.TrimSpace(d.Detail + " (one surge serves every blocked pod of the workload on this node)")
 	return d
 }
 
-// namespaceScope applies --namespace-selector and the namespace opt-out annotation, as the daemon does.
-// Labels and annotations are the namespace owner's input: only the documented values count.
-func (a *analysis) namespaceScope(name string) (Verdict, string) {
-	ns, ok := a.namespaces[name]
-	if !ok {
-		return OutOfScope, fmt.Sprintf("namespace %s is not readable", name)
+func changes(fields []workload.Field) []Change {
+	out := make([]Change, 0, len(fields))
+	for _, f := range fields {
+		out = append(out, Change{Path: f.Path, From: f.Original, To: f.Set})
 	}
-	if workload.IgnoredByAnnotation(ns.Annotations) {
-		return OptedOut, fmt.Sprintf("%s=true on namespace %s", workload.IgnoreAnnotation, name)
-	}
-	if a.cfg.NamespaceSelector != nil && !a.cfg.NamespaceSelector.Matches(labels.Set(ns.Labels)) {
-		return OutOfScope, fmt.Sprintf("namespace %s does not match --namespace-selector", name)
-	}
-	return "", ""
+	return out
 }
 
 // candidates lists every node with its pods for the capacity check; the nodes of the wave being
@@ -429,7 +392,7 @@ func (a *analysis) plan(p Pool) Plan {
 func (a *analysis) free() map[string]int64 {
 	out := map[string]int64{}
 	for _, n := range a.cl.Nodes {
-		if n.Spec.Unschedulable || !nodeReady(n) {
+		if n.Spec.Unschedulable || !blocking.NodeReady(n) {
 			continue
 		}
 		used := map[string]int64{}
@@ -448,15 +411,6 @@ func (a *analysis) free() map[string]int64 {
 		}
 	}
 	return out
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // extended returns the extended resources of requests, times n; nil when there are none.
@@ -479,14 +433,4 @@ func quantities(rl corev1.ResourceList) map[string]string {
 		out[string(name)] = q.String()
 	}
 	return out
-}
-
-func describePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
-	switch why {
-	case blocking.ReasonMaxUnavailable:
-		return fmt.Sprintf("PDB %s has maxUnavailable %s: added replicas raise the expected count too, so no surge helps", pdb.Name, pdb.Spec.MaxUnavailable.String())
-	case blocking.ReasonFullMinAvailable:
-		return fmt.Sprintf("PDB %s has minAvailable %s: it requires every replica, whatever their number", pdb.Name, pdb.Spec.MinAvailable.String())
-	}
-	return fmt.Sprintf("PDB %s would need more than %d added replicas", pdb.Name, blocking.MaxSurge)
 }

@@ -11,42 +11,53 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 )
 
 // Verdict says what will happen to one pod that blocks a drain.
 type Verdict string
 
 // The verdicts. Only Resolvable and ResolvableWithCapacity let the drain go through; every other
-// verdict names why the drain will stall on that pod.
-const (
-	// Resolvable: the guardian will surge the workload and the replacement fits on the nodes' free
-	// cpu and memory; it needs no extended resource.
-	Resolvable Verdict = "resolvable"
+// verdict names why the drain will stall on that pod, and is the String of the daemon's own stall
+// reason (guardian.StallReason): the daemon and `check` decide with the same function.
+var (
+	// Resolvable: the guardian will surge the workload (or a Surge in flight serves it) and the
+	// replacement fits on the nodes' free cpu and memory; it needs no extended resource.
+	Resolvable = Verdict("resolvable")
 	// ResolvableWithCapacity: the guardian will surge the workload, and the replacement takes extended
 	// resources (GPUs, ...) that are free now. The drain stalls if that capacity is used up first.
-	ResolvableWithCapacity Verdict = "resolvable-with-capacity"
+	ResolvableWithCapacity = Verdict("resolvable-with-capacity")
 	// UnsatisfiablePDB: no number of added replicas makes the PDB allow a disruption (maxUnavailable,
 	// minAvailable 100%, or more than blocking.MaxSurge replicas needed).
-	UnsatisfiablePDB Verdict = "unsatisfiable-pdb"
+	UnsatisfiablePDB = verdictOf(guardian.StallUnsatisfiablePDB)
 	// MultiplePDBs: several PDBs select the pod; the Eviction API refuses such a pod whatever the budgets.
-	MultiplePDBs Verdict = "multiple-pdbs"
+	MultiplePDBs = verdictOf(guardian.StallMultiplePDBs)
 	// UnsupportedOwner: the pod has no owner whose replica count the guardian can raise (a bare pod, a
 	// Job, a controller without /scale, a KServe API this cluster does not serve).
-	UnsupportedOwner Verdict = "unsupported-owner"
+	UnsupportedOwner = verdictOf(guardian.StallUnsupportedOwner)
 	// OptedOut: the workload, its pod owner or its namespace carries drain-guardian.io/ignore=true.
-	OptedOut Verdict = "opted-out"
+	OptedOut = verdictOf(guardian.StallOptedOut)
 	// OutOfScope: the namespace does not match --namespace-selector, or the pool --pool-selector.
-	OutOfScope Verdict = "out-of-scope"
+	OutOfScope = verdictOf(guardian.StallOutOfScope)
 	// MissingRBAC: the owner has a /scale subresource the guardian is not allowed to use.
-	MissingRBAC Verdict = "missing-rbac"
+	MissingRBAC = verdictOf(guardian.StallMissingRBAC)
 	// NoCapacity: the replacement fits on no other schedulable node, counting the replacements of the
 	// other blocked pods drained at the same time (or, with --restore=pool, earlier in the update).
-	NoCapacity Verdict = "no-capacity"
+	NoCapacity = verdictOf(guardian.StallNoCapacity)
+	// SurgeFailed: the workload's Surge for this very update failed (its status says why); the
+	// guardian does not surge it again for the same drain.
+	SurgeFailed = verdictOf(guardian.StallSurgeFailed)
+	// Unknown: the pod's owner could not be read now (a cache miss, a timeout); the daemon looks
+	// again, and so should whoever runs `check`.
+	Unknown = verdictOf(guardian.StallUnknown)
 )
+
+func verdictOf(r guardian.StallReason) Verdict { return Verdict(r.String()) }
 
 // Verdicts lists every verdict, resolvable ones first.
 func Verdicts() []Verdict {
-	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity}
+	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity, SurgeFailed, Unknown}
 }
 
 // Resolvable reports whether the guardian will resolve a pod with this verdict.

@@ -61,7 +61,7 @@ func TestPredictionGaugesAndEvents(t *testing.T) {
 	unsatisfiable.Spec.MinAvailable, unsatisfiable.Spec.MaxUnavailable = nil, ptr.To(intstr.FromInt32(0))
 	objs := append(model(1, "gpu-a"), namespace(ns), gpuNode("gpu-a"), gpuNode("gpu-b"), workerPool(false), unsatisfiable)
 	h := newHarness(t, nil, objs...)
-	p := &predictor{c: h.c, reported: map[string]bool{}}
+	p := h.c.newPredictor()
 
 	p.predict()
 	if got := testutil.ToFloat64(h.metrics.PredictedBlocks.WithLabelValues("worker", string(check.UnsatisfiablePDB))); got != 1 {
@@ -98,7 +98,7 @@ func TestPredictedMissingCapacity(t *testing.T) {
 	full.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("0")
 	objs := append(model(1, "gpu-a"), namespace(ns), gpuNode("gpu-a"), full, workerPool(false), pdb(0, 1, 1))
 	h := newHarness(t, nil, objs...)
-	p := &predictor{c: h.c, reported: map[string]bool{}}
+	p := h.c.newPredictor()
 	p.predict()
 	if got := testutil.ToFloat64(h.metrics.PredictedBlocks.WithLabelValues("worker", string(check.NoCapacity))); got != 1 {
 		t.Errorf("predicted_blocks{verdict=no-capacity} = %v, want 1", got)

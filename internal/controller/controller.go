@@ -101,11 +101,15 @@ type Controller struct {
 	synced []cache.InformerSynced
 	ready  atomic.Bool
 
-	// surgeMu serializes surge starts so that --max-concurrent-surges holds across workers.
-	surgeMu sync.Mutex
 	// plans caches each pool's predicted update order (see plan) until the next node or pool event.
 	plans planCache
-	state *state
+	// The bookkeeping, one type per job (see state.go).
+	events  *eventer
+	reports *reports
+	flight  *flight
+	drains  *drains
+	cordons cordons
+	gauges  *gauges
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -131,11 +135,12 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "drain_guardian", MetricsProvider: m.NewWorkqueueProvider()},
 		),
-		state: newState(m),
+		events: &eventer{recorder: recorder, log: log},
+		gauges: newGauges(m),
 	}
+	c.setClock(clock.RealClock{})
 	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(slim))
 	c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(clients.Dynamic, opts.ResyncPeriod)
-	c.exec = &executor{c: c}
 	if served, err := servesResource(clients.Discovery, v1alpha1.SchemeGroupVersion.String(), v1alpha1.SurgesResource.Resource); err != nil {
 		return nil, fmt.Errorf("discovering the Surge API: %w", err)
 	} else if !served {
@@ -167,12 +172,16 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	c.pods = podinfo.Lister{Indexer: c.podIndexer}
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
-	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL}
+	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL, clock: c.clock}
 	c.store = &workload.Store{
 		ReplicaSets: workload.MetadataIndex{Indexer: rsInf.Informer().GetIndexer(), Resource: appsv1.Resource("replicasets")},
 		Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
 		KServe: c.kserve.lister, Scalable: c.scaleResources.lookup, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
 	}
+	c.exec = newExecutor(executorConfig{
+		Kube: clients.Kube, Dynamic: clients.Dynamic, Targets: c.store, Metrics: m, Events: c.events,
+		Reports: c.reports, Flight: c.flight, DryRun: opts.DryRun,
+	})
 
 	handlers := []struct {
 		inf cache.SharedIndexInformer
@@ -212,6 +221,21 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 			zap.Bool("cordonedNodes", opts.CordonedNodes))
 	}
 	return c, nil
+}
+
+// setClock makes clk the controller's clock, and its bookkeeping's: every time the controller reads
+// comes from it. Call it before anything runs.
+func (c *Controller) setClock(clk clock.WithTicker) {
+	c.clock = clk
+	c.reports = newReports(clk)
+	c.flight = newFlight(clk, c.gauges)
+	c.drains = newDrains(clk, c.gauges)
+	if c.exec != nil {
+		c.exec.reports, c.exec.flight = c.reports, c.flight
+	}
+	if c.scaleResources != nil {
+		c.scaleResources.clock = clk
+	}
 }
 
 // servesResource reports whether the API server serves resource in groupVersion.
@@ -276,8 +300,8 @@ func (c *Controller) Run(ctx context.Context) {
 	// Every node and every Surge is looked at once: this resumes or restores the surges a previous
 	// leader left.
 	c.enqueueAll()
-	c.state.setLeading(true)
-	defer c.state.setLeading(false)
+	c.gauges.setLeading(true)
+	defer c.gauges.setLeading(false)
 	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
 	var wg sync.WaitGroup
 	wg.Add(1)

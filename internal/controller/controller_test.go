@@ -488,7 +488,7 @@ func TestUnschedulableReplacementIsRolledBackAndNotRetriedForTheSameDrain(t *tes
 	if len(h.writes()) != writes {
 		t.Fatalf("the same stall was surged again after failing: %v", h.writes()[writes:])
 	}
-	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "Unschedulable")); v != 1 {
+	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "Unschedulable", "surge-failed")); v != 1 {
 		t.Fatalf("unresolvable_blocked_pods = %v", v)
 	}
 	// The node's drain ends: the failure memory is dropped.
@@ -539,7 +539,7 @@ func TestUnsatisfiablePDBIsReportedNotSurged(t *testing.T) {
 		t.Fatalf("surged for an unsatisfiable PDB: %v", w)
 	}
 	requireEvent(t, h.events(), "Warning", ReasonUnsatisfiablePDB, "maxUnavailable 0")
-	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "UnsatisfiablePDB")); v != 1 {
+	if v := testutil.ToFloat64(h.metrics.UnresolvableBlocks.WithLabelValues("worker", "UnsatisfiablePDB", "unsatisfiable-pdb")); v != 1 {
 		t.Fatalf("unresolvable_blocked_pods = %v", v)
 	}
 }
@@ -588,7 +588,7 @@ func TestOptOutAndScopeAreRespected(t *testing.T) {
 
 func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge = 1 }, stalled()...)
-	h.c.state.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}})
+	h.c.flight.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}}, nil)
 	if after := h.syncNode("w1"); after <= 0 {
 		t.Fatal("a deferred surge must be retried")
 	}

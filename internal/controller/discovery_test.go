@@ -30,6 +30,7 @@ func serveKServe(h *harness, llmVersions ...string) {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), kinds)
 	h.c.clients.Dynamic = dyn
 	h.c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	h.c.kserve.factory = h.c.dynamicFactory
 }
 
 func TestKServeDiscovery(t *testing.T) {

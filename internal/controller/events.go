@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 )
 
 // Event reasons, one per transition of a stall's life.
@@ -33,15 +34,26 @@ const (
 	actionRestore             = "Restore"
 )
 
-// event records a Kubernetes Event on regarding and logs it, so that logs and Events tell one story.
-func (c *Controller) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
+// eventer records Kubernetes Events and logs them, so that logs and Events tell one story.
+type eventer struct {
+	recorder events.EventRecorder
+	log      *zap.Logger
+}
+
+// event records a Kubernetes Event on regarding and logs it.
+func (e *eventer) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
 	note := fmt.Sprintf(format, args...)
-	c.recorder.Eventf(regarding, nil, eventType, reason, action, "%s", note)
-	level := c.log.Info
+	e.recorder.Eventf(regarding, nil, eventType, reason, action, "%s", note)
+	level := e.log.Info
 	if eventType == corev1.EventTypeWarning {
-		level = c.log.Warn
+		level = e.log.Warn
 	}
 	level(note, zap.String("reason", reason), zap.String("regarding", describe(regarding)))
+}
+
+// event records an Event through the controller's eventer.
+func (c *Controller) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
+	c.events.event(regarding, eventType, reason, action, format, args...)
 }
 
 func describe(obj runtime.Object) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -13,35 +14,97 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // executor is the one place the guardian writes to the API: target patches, Surge create, status and
 // delete, evictions and pod deletion costs. It owns dry-run (nothing is written; each decision is
-// reported once as a DryRun Event), the field manager, optimistic concurrency (every write is
-// conditional on the resourceVersion the decision was made on) and the write-error metric, in the
-// way descheduler's PodEvictor owns evictions.
+// reported once as a DryRun Event), the admission of new Surges (see admit), the field manager,
+// optimistic concurrency (every write is conditional on the resourceVersion the decision was made
+// on) and the write-error metric, in the way descheduler's PodEvictor owns evictions. It is built on
+// its own (newExecutor) and knows nothing of the controller.
 type executor struct {
-	c *Controller
+	kube    kubernetes.Interface
+	surges  dynamic.NamespaceableResourceInterface
+	targets targetPatcher
+	metrics *metrics.Metrics
+	events  *eventer
+	reports *reports
+	dryRun  bool
+	// admission serializes admit: the decision that books capacity and slots, and the creation of
+	// the Surges it decided.
+	admission sync.Mutex
+	flight    *flight
+}
+
+// targetPatcher writes a JSON patch on a surge target; *workload.Store implements it.
+type targetPatcher interface {
+	Patch(ctx context.Context, ref workload.Ref, data []byte) error
+}
+
+// executorConfig is what an executor is built from.
+type executorConfig struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	Targets targetPatcher
+	Metrics *metrics.Metrics
+	Events  *eventer
+	Reports *reports
+	Flight  *flight
+	DryRun  bool
+}
+
+func newExecutor(cfg executorConfig) *executor {
+	return &executor{
+		kube: cfg.Kube, surges: cfg.Dynamic.Resource(v1alpha1.SurgesResource), targets: cfg.Targets, metrics: cfg.Metrics,
+		events: cfg.Events, reports: cfg.Reports, flight: cfg.Flight, dryRun: cfg.DryRun,
+	}
+}
+
+// surgeStart is a Surge to create and the replacements it books until the cache shows it.
+type surgeStart struct {
+	surge        *v1alpha1.Surge
+	replacements []*podinfo.Pod
+	// err is what creating it answered: nil, errDryRun, or the API's refusal.
+	err error
+}
+
+// admit runs decide under the admission lock, then creates the Surges it returns, still under the
+// lock, and counts each one created as in flight (see flight.created) before the lock is released:
+// two workers cannot book the same capacity or the same slot, even before the informer delivers
+// the first one's Surge. decide reads the in-flight Surges from flight itself.
+func (e *executor) admit(ctx context.Context, decide func() []*surgeStart) []*surgeStart {
+	e.admission.Lock()
+	defer e.admission.Unlock()
+	starts := decide()
+	for _, st := range starts {
+		if st.err = e.createSurge(ctx, st.surge); st.err == nil {
+			e.flight.created(st.surge, st.replacements)
+		}
+	}
+	return starts
 }
 
 // errDryRun is returned by every write in dry-run mode: the caller stops there.
 var errDryRun = fmt.Errorf("dry run: not written")
 
 // dryRun reports a write not made, once per object version and action.
-func (e *executor) dryRun(regarding runtime.Object, key, format string, args ...any) error {
-	if e.c.state.once("", ReasonDryRun+"/"+key) {
-		e.c.event(regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge, "Dry run: would "+format, args...)
+func (e *executor) reportDryRun(regarding runtime.Object, key, format string, args ...any) error {
+	if e.reports.once("", ReasonDryRun+"/"+key) {
+		e.events.event(regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge, "Dry run: would "+format, args...)
 	}
 	return errDryRun
 }
 
 // wrote counts one API write about to be made.
 func (e *executor) wrote(resource, verb string) {
-	e.c.metrics.APIWrites.WithLabelValues(resource, verb).Inc()
+	e.metrics.APIWrites.WithLabelValues(resource, verb).Inc()
 }
 
 // failed counts a refused write and wraps the error for the retry log. A refusal that retrying
@@ -50,9 +113,9 @@ func (e *executor) wrote(resource, verb string) {
 // workqueue's backoff keeps retrying it, but someone has to look.
 func (e *executor) failed(regarding runtime.Object, resource, what string, err error) error {
 	reason := writeErrorReason(err)
-	e.c.metrics.WriteErrors.WithLabelValues(resource, reason).Inc()
-	if !transientWriteError(reason) && e.c.state.once("", fmt.Sprintf("%s/%s/%s/%s", ReasonWriteRefused, resource, describe(regarding), reason)) {
-		e.c.event(regarding, corev1.EventTypeWarning, ReasonWriteRefused, actionReport,
+	e.metrics.WriteErrors.WithLabelValues(resource, reason).Inc()
+	if !transientWriteError(reason) && e.reports.once("", fmt.Sprintf("%s/%s/%s/%s", ReasonWriteRefused, resource, describe(regarding), reason)) {
+		e.events.event(regarding, corev1.EventTypeWarning, ReasonWriteRefused, actionReport,
 			"The API server refused %s (%s): %v. The guardian keeps retrying with backoff; a missing permission or an admission policy rejecting this write needs an admin",
 			what, reason, err)
 	}
@@ -107,25 +170,29 @@ func isConflict(err error) bool {
 
 // patchTarget writes a JSON patch (whose first operation tests the resourceVersion) on the target.
 func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch []byte, what string) error {
-	if e.c.opts.DryRun {
-		return e.dryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
+	if e.dryRun {
+		return e.reportDryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
 	}
 	e.wrote(strings.ToLower(string(obj.Ref.Kind)), "patch")
-	if err := e.c.store.Patch(ctx, obj.Ref, patch); err != nil {
+	if err := e.targets.Patch(ctx, obj.Ref, patch); err != nil {
 		return e.failed(obj.ObjectReference(), strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
 	}
 	return nil
 }
 
 // createSurge persists a new Surge (phase Pending). AlreadyExists means another guardian (or an
-// earlier sync whose cache was behind) created it first: the caller looks again.
+// earlier sync whose cache was behind) created it first: the caller looks again. In dry-run it writes
+// nothing and returns errDryRun; the caller reports the decision.
 func (e *executor) createSurge(ctx context.Context, s *v1alpha1.Surge) error {
+	if e.dryRun {
+		return errDryRun
+	}
 	u, err := surgeObject(s)
 	if err != nil {
 		return err
 	}
 	e.wrote("surges", "create")
-	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = e.surges.Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
 	}
@@ -141,7 +208,7 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 		return err
 	}
 	e.wrote("surges/status", "update")
-	_, err = e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	_, err = e.surges.Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
 	}
@@ -152,7 +219,7 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	rv := s.ResourceVersion
 	e.wrote("surges", "delete")
-	err := e.c.clients.Dynamic.Resource(v1alpha1.SurgesResource).Namespace(s.Namespace).Delete(ctx, s.Name,
+	err := e.surges.Namespace(s.Namespace).Delete(ctx, s.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return e.failed(surgeRef(s), "surges", "deleting Surge "+s.Namespace+"/"+s.Name, err)
@@ -172,30 +239,30 @@ const (
 // evict asks the Eviction API to remove a pod; the guardian never deletes one. A 429 (the PDB does
 // not allow it yet) is no error: the caller retries shortly.
 func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *podinfo.Pod, node string) (evictResult, error) {
-	if e.c.opts.DryRun {
-		return evictRefused, e.dryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
+	if e.dryRun {
+		return evictRefused, e.reportDryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
 	e.wrote("pods/eviction", "create")
-	err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	err := e.kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
 	switch {
 	case err == nil:
-		e.c.metrics.Evictions.WithLabelValues("success").Inc()
+		e.metrics.Evictions.WithLabelValues("success").Inc()
 		return evicted, nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return evictGone, nil
 	case apierrors.IsTooManyRequests(err):
-		e.c.metrics.Evictions.WithLabelValues("blocked").Inc()
+		e.metrics.Evictions.WithLabelValues("blocked").Inc()
 		return evictRefused, nil
 	}
-	e.c.metrics.Evictions.WithLabelValues("error").Inc()
+	e.metrics.Evictions.WithLabelValues("error").Inc()
 	return evictRefused, e.failed(regarding, "pods/eviction", fmt.Sprintf("evicting pod %s/%s", p.Namespace, p.Name), err)
 }
 
 // setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.
 func (e *executor) setDeletionCost(ctx context.Context, p *podinfo.Pod, cost string) error {
-	if e.c.opts.DryRun {
+	if e.dryRun {
 		return errDryRun
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -203,7 +270,7 @@ func (e *executor) setDeletionCost(ctx context.Context, p *podinfo.Pod, cost str
 		"annotations":     map[string]string{podinfo.DeletionCostAnnotation: cost},
 	}})
 	e.wrote("pods", "patch")
-	_, err := e.c.clients.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err := e.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return e.failed(p.Ref(), "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)
 	}

@@ -29,7 +29,7 @@ func (c *Controller) onNode(obj any) {
 	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
 	c.enqueuePredicted(n)
 	if !n.Spec.Unschedulable {
-		for _, w := range c.state.wantingNodes() {
+		for _, w := range c.drains.wantingNodes() {
 			c.enqueueNode(w)
 		}
 	}
@@ -50,7 +50,7 @@ func (c *Controller) podHandler() cache.ResourceEventHandler {
 				obj = t.Obj
 			}
 			c.onPod(obj)
-			for _, n := range c.state.wantingNodes() {
+			for _, n := range c.drains.wantingNodes() {
 				c.enqueueNode(n)
 			}
 		},
@@ -65,14 +65,14 @@ func (c *Controller) onPod(obj any) {
 	if !ok {
 		return
 	}
-	for _, n := range c.state.watchedNodes() {
+	for _, n := range c.drains.watchedNodes() {
 		if n == p.Spec.NodeName {
 			c.enqueueNode(n)
 		}
 	}
 	if p.DeletionTimestamp != nil || p.Finished() {
 		// A pod leaving frees its requests: a stall deferred for capacity may fit now.
-		for _, n := range c.state.wantingNodes() {
+		for _, n := range c.drains.wantingNodes() {
 			c.enqueueNode(n)
 		}
 	}
@@ -101,7 +101,7 @@ func (c *Controller) onPool(obj any) {
 
 // enqueueWatchedNodes re-examines every node under drain, e.g. when a KServe kind becomes known.
 func (c *Controller) enqueueWatchedNodes() {
-	for _, n := range c.state.watchedNodes() {
+	for _, n := range c.drains.watchedNodes() {
 		c.enqueueNode(n)
 	}
 }
@@ -114,7 +114,7 @@ func (c *Controller) onPDB(obj any) {
 	if !ok {
 		return
 	}
-	for _, n := range c.state.watchedNodes() {
+	for _, n := range c.drains.watchedNodes() {
 		pods, _ := c.podsOn(n)
 		for _, p := range pods {
 			if p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {

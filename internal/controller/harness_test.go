@@ -97,9 +97,9 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(t0)
-	c.clock = clk
+	c.setClock(clk)
 	// The tests play the leader: Run would set this.
-	c.state.setLeading(true)
+	c.gauges.setLeading(true)
 	h := &harness{t: t, c: c, kube: kube, mco: mcoClient, dyn: dyn, recorder: rec, metrics: m, clock: clk}
 	h.refresh()
 	return h

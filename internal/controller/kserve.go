@@ -8,6 +8,8 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/drain-guardian/drain-guardian/internal/options"
@@ -17,18 +19,6 @@ import (
 // kserveDiscoveryPeriod is how often the guardian looks for KServe APIs installed after it started.
 const kserveDiscoveryPeriod = time.Minute
 
-// kserveVersions lists, per kind, the versions to watch in order of preference: LLMInferenceService is
-// v1alpha1 up to OpenShift AI 3.3 and stored as v1alpha2 from 3.4; owners are matched by group and kind,
-// so any served version will do.
-var kserveVersions = []struct {
-	kind     workload.Kind
-	resource string
-	versions []string
-}{
-	{workload.KindInferenceService, "inferenceservices", []string{"v1beta1"}},
-	{workload.KindLLMInferenceService, "llminferenceservices", []string{"v1alpha2", "v1alpha1"}},
-}
-
 type kserveAPI struct {
 	gvr schema.GroupVersionResource
 	inf cache.SharedIndexInformer
@@ -37,14 +27,28 @@ type kserveAPI struct {
 // kserveAPIs tracks which KServe kinds the cluster serves and their dynamic informers. Clusters
 // without KServe simply have none.
 type kserveAPIs struct {
-	c        *Controller
+	discovery discovery.DiscoveryInterface
+	factory   dynamicinformer.DynamicSharedInformerFactory
+	// nilSemantics is --llm-nil-semantics.
+	nilSemantics options.LLMNilSemantics
+	// handler watches a kind's objects; synced runs once a kind found after start-up has synced.
+	handler func(workload.Kind) cache.ResourceEventHandler
+	synced  func()
+	log     *zap.Logger
+
 	mu       sync.RWMutex
 	apis     map[workload.Kind]*kserveAPI
 	v1alpha2 bool
 }
 
 func newKServeAPIs(c *Controller) *kserveAPIs {
-	return &kserveAPIs{c: c, apis: map[workload.Kind]*kserveAPI{}}
+	return &kserveAPIs{
+		discovery: c.clients.Discovery, factory: c.dynamicFactory, nilSemantics: options.LLMNilSemantics(c.opts.LLMNilSemantics),
+		handler: func(kind workload.Kind) cache.ResourceEventHandler { return c.handler(c.onScalable(kind)) },
+		// Pods blocked before the kind was known were reported as unsupported: look again.
+		synced: c.enqueueWatchedNodes,
+		log:    c.log, apis: map[workload.Kind]*kserveAPI{},
+	}
 }
 
 // lister implements workload.KServeLister: a kind is usable once its informer has synced.
@@ -60,7 +64,7 @@ func (k *kserveAPIs) lister(kind workload.Kind) (cache.GenericLister, schema.Gro
 
 // nilKeepsCount reports whether an absent LLMInferenceService replica field keeps the Deployment's count.
 func (k *kserveAPIs) nilKeepsCount() bool {
-	switch options.LLMNilSemantics(k.c.opts.LLMNilSemantics) {
+	switch k.nilSemantics {
 	case options.LLMNilKeep:
 		return true
 	case options.LLMNilOne:
@@ -73,13 +77,14 @@ func (k *kserveAPIs) nilKeepsCount() bool {
 
 // discover starts an informer for every KServe kind the cluster newly serves.
 func (k *kserveAPIs) discover(ctx context.Context) error {
-	for _, kv := range kserveVersions {
+	for _, kind := range workload.KServeKinds() {
+		api, _ := workload.KServeAPIOf(kind)
 		k.mu.RLock()
-		_, known := k.apis[kv.kind]
+		_, known := k.apis[kind]
 		k.mu.RUnlock()
-		for _, v := range kv.versions {
+		for _, v := range api.Versions {
 			gv := schema.GroupVersion{Group: workload.KServeGroup, Version: v}
-			list, err := k.c.clients.Discovery.ServerResourcesForGroupVersion(gv.String())
+			list, err := k.discovery.ServerResourcesForGroupVersion(gv.String())
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -88,18 +93,20 @@ func (k *kserveAPIs) discover(ctx context.Context) error {
 			}
 			served := false
 			for _, r := range list.APIResources {
-				served = served || r.Name == kv.resource
+				served = served || r.Name == api.Resource
 			}
 			if !served {
 				continue
 			}
-			if kv.kind == workload.KindLLMInferenceService && v == "v1alpha2" {
+			// OpenShift AI 3.4 stores LLMInferenceService as v1alpha2, and there an absent replica
+			// field keeps the Deployment's count.
+			if kind == workload.KindLLMInferenceService && v == "v1alpha2" {
 				k.mu.Lock()
 				k.v1alpha2 = true
 				k.mu.Unlock()
 			}
 			if !known {
-				k.start(ctx, kv.kind, gv.WithResource(kv.resource))
+				k.start(ctx, kind, gv.WithResource(api.Resource))
 			}
 			break
 		}
@@ -108,22 +115,21 @@ func (k *kserveAPIs) discover(ctx context.Context) error {
 }
 
 func (k *kserveAPIs) start(ctx context.Context, kind workload.Kind, gvr schema.GroupVersionResource) {
-	inf := k.c.dynamicFactory.ForResource(gvr).Informer()
+	inf := k.factory.ForResource(gvr).Informer()
 	_ = inf.SetTransform(stripManagedFields)
-	if _, err := inf.AddEventHandler(k.c.handler(k.c.onScalable(kind))); err != nil {
-		k.c.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
+	if _, err := inf.AddEventHandler(k.handler(kind)); err != nil {
+		k.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
 		return
 	}
 	api := &kserveAPI{gvr: gvr, inf: inf}
 	k.mu.Lock()
 	k.apis[kind] = api
 	k.mu.Unlock()
-	k.c.dynamicFactory.Start(ctx.Done())
-	k.c.log.Info("watching KServe kind", zap.String("kind", string(kind)), zap.String("version", gvr.Version))
+	k.factory.Start(ctx.Done())
+	k.log.Info("watching KServe kind", zap.String("kind", string(kind)), zap.String("version", gvr.Version))
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			// Pods blocked before the kind was known were reported as unsupported: look again.
-			k.c.enqueueWatchedNodes()
+			k.synced()
 		}
 	}()
 }

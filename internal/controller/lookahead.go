@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
@@ -100,35 +100,6 @@ func (c *Controller) enqueuePredicted(node *corev1.Node) {
 	}
 }
 
-// lookaheadFits reports whether a look-ahead surge of delta replicas of pod fits in what the stalls
-// being served leave free. It is stricter than a stall's own check: no stall of the pool may be
-// waiting for capacity; the replacements of the stalls on nodes updating now (surged or not yet)
-// are placed first; and the replacement must fit on a node this update will not drain again
-// (mco.WillNotDrain: updated, or outside any updating pool). The scheduler then places it there: the
-// MCO taints every node still to update with UpdateInProgress:PreferNoSchedule, which the
-// scheduler's TaintToleration score avoids; a replacement on a node still to update would only move
-// the stall to that node's turn.
-func (c *Controller) lookaheadFits(st stall, delta int) bool {
-	if c.state.capacityWanted(st.pool) {
-		return false
-	}
-	pool, err := c.pools.Get(st.pool)
-	if err != nil {
-		return false
-	}
-	plan := c.plan(pool)
-	pools := c.newPoolLookup()
-	var cands []blocking.Candidate
-	for _, cand := range st.capacity.candidates() {
-		if mco.WillNotDrain(cand.Node, pools.of(cand.Node)) {
-			cands = append(cands, cand)
-		}
-	}
-	pending := append(append([]*podinfo.Pod{}, st.capacity.pendingReplacements()...), c.unservedStalls(plan.Updating)...)
-	placed, _ := blocking.Fit(st.Pod, delta, pending, cands)
-	return placed == delta
-}
-
 // unservedStalls returns, for every pod blocked on the given nodes whose workload has no Surge yet,
 // an unscheduled copy: the replacement that stall will ask for, which comes before any look-ahead.
 func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
@@ -139,7 +110,7 @@ func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
 			if c.hasSurge(b.Pod) {
 				continue
 			}
-			out = append(out, unscheduledCopy(b.Pod))
+			out = append(out, guardian.Replacement(b.Pod))
 		}
 	}
 	return out
@@ -148,14 +119,5 @@ func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
 // hasSurge reports whether the pod's workload has a Surge (of any phase) already.
 func (c *Controller) hasSurge(pod *podinfo.Pod) bool {
 	target, err := c.store.Resolve(pod)
-	if err != nil {
-		return false
-	}
-	_, err = c.surges.Get(target.Ref.Namespace, surgeName(target))
-	return err == nil
-}
-
-// unscheduledCopy is a stand-in for a replacement of pod the scheduler has still to place.
-func unscheduledCopy(pod *podinfo.Pod) *podinfo.Pod {
-	return pod.Unscheduled(pod.Name + "-replacement")
+	return err == nil && c.surgeOf(target) != nil
 }

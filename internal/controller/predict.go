@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/drain-guardian/drain-guardian/internal/check"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
 )
 
 // ReasonUpdateWillStall is the Event recorded on a workload (or a pod without one) the first time
@@ -33,7 +34,10 @@ const (
 // predictor keeps what the periodic prediction reported, so that each unresolvable workload gets
 // one Event per finding.
 type predictor struct {
-	c *Controller
+	analyze func(PredictOptions) (*check.Report, error)
+	metrics *metrics.Metrics
+	log     *zap.Logger
+	events  *eventer
 	// reported holds the keys (see reportKey) of the stalls already reported; a key no longer
 	// predicted is forgotten, so that a stall that comes back is reported again.
 	reported map[string]bool
@@ -68,7 +72,7 @@ func (c *Controller) runPredictions(ctx context.Context) {
 	defer c.metrics.PredictedBlocks.Reset()
 	defer c.metrics.PredictedMissingCapacity.Reset()
 
-	p := &predictor{c: c, reported: map[string]bool{}}
+	p := c.newPredictor()
 	ticker := time.NewTicker(predictInterval)
 	defer ticker.Stop()
 	for {
@@ -87,11 +91,16 @@ func (c *Controller) runPredictions(ctx context.Context) {
 	}
 }
 
+// newPredictor builds the periodic prediction over the controller's caches.
+func (c *Controller) newPredictor() *predictor {
+	return &predictor{analyze: c.Predict, metrics: c.metrics, log: c.log, events: c.events, reported: map[string]bool{}}
+}
+
 // predict renews the prediction once: gauges, then Events.
 func (p *predictor) predict() {
-	report, err := p.c.Predict(PredictOptions{ReadyTimes: check.ReadyTimes(p.gather())})
+	report, err := p.analyze(PredictOptions{ReadyTimes: check.ReadyTimes(p.gather())})
 	if err != nil {
-		p.c.log.Warn("predicting the next update failed", zap.Error(err))
+		p.log.Warn("predicting the next update failed", zap.Error(err))
 		return
 	}
 	p.export(report)
@@ -100,9 +109,9 @@ func (p *predictor) predict() {
 
 // gather reads this process's own observations of replacement-ready times.
 func (p *predictor) gather() []*dto.MetricFamily {
-	families, err := p.c.metrics.Registry.Gather()
+	families, err := p.metrics.Registry.Gather()
 	if err != nil {
-		p.c.log.Debug("gathering metrics for the prediction", zap.Error(err))
+		p.log.Debug("gathering metrics for the prediction", zap.Error(err))
 	}
 	return families
 }
@@ -110,7 +119,7 @@ func (p *predictor) gather() []*dto.MetricFamily {
 // export sets the predicted gauges: every verdict of every pool, zeros included, so that a query
 // sees a pool whose stalls were fixed drop to 0 instead of vanish.
 func (p *predictor) export(r *check.Report) {
-	m := p.c.metrics
+	m := p.metrics
 	m.PredictedBlocks.Reset()
 	m.PredictedMissingCapacity.Reset()
 	for _, pool := range r.Pools {
@@ -141,13 +150,14 @@ func poolLabel(pool string) string {
 
 // reportStalls records a Warning Event the first time a workload is found to stall its drain.
 // Workloads opted out, or out of the guardian's scope, get none: their owners chose that, and the
-// guardian writes nothing in namespaces outside its scope.
+// guardian writes nothing in namespaces outside its scope. Nor does an owner that could not be read
+// (check.Unknown): the next prediction reads it again.
 func (p *predictor) reportStalls(r *check.Report) {
 	seen := map[string]bool{}
 	for _, pool := range r.Pools {
 		for _, n := range pool.Nodes {
 			for _, b := range n.Blocks {
-				if b.Verdict.Resolvable() || b.Verdict == check.OptedOut || b.Verdict == check.OutOfScope || b.Regarding == nil {
+				if b.Verdict.Resolvable() || b.Verdict == check.OptedOut || b.Verdict == check.OutOfScope || b.Verdict == check.Unknown || b.Regarding == nil {
 					continue
 				}
 				key := reportKey(b)
@@ -156,7 +166,7 @@ func (p *predictor) reportStalls(r *check.Report) {
 					continue
 				}
 				p.reported[key] = true
-				p.c.event(b.Regarding, corev1.EventTypeWarning, ReasonUpdateWillStall, actionPredict,
+				p.events.event(b.Regarding, corev1.EventTypeWarning, ReasonUpdateWillStall, actionPredict,
 					"Pod %s would stall the drain of node %s (%s) at the next update: %s: %s",
 					b.Pod, n.Name, describePool(pool.Name), b.Verdict, b.Detail)
 			}

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"k8s.io/utils/clock"
 )
 
 // scaleDiscoveryTTL is how long a group version's resource list is trusted; owners of unknown kinds
@@ -18,6 +19,7 @@ const scaleDiscoveryTTL = 5 * time.Minute
 type scaleDiscovery struct {
 	discovery discovery.DiscoveryInterface
 	ttl       time.Duration
+	clock     clock.PassiveClock
 	mu        sync.Mutex
 	cache     map[string]cachedResources
 }
@@ -48,7 +50,7 @@ func (d *scaleDiscovery) lookup(apiVersion, kind string) (string, bool, error) {
 func (d *scaleDiscovery) resources(apiVersion string) (*metav1.APIResourceList, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if c, ok := d.cache[apiVersion]; ok && time.Since(c.fetched) < d.ttl {
+	if c, ok := d.cache[apiVersion]; ok && d.clock.Since(c.fetched) < d.ttl {
 		return c.list, nil
 	}
 	list, err := d.discovery.ServerResourcesForGroupVersion(apiVersion)
@@ -61,6 +63,6 @@ func (d *scaleDiscovery) resources(apiVersion string) (*metav1.APIResourceList, 
 	if d.cache == nil {
 		d.cache = map[string]cachedResources{}
 	}
-	d.cache[apiVersion] = cachedResources{list: list, fetched: time.Now()}
+	d.cache[apiVersion] = cachedResources{list: list, fetched: d.clock.Now()}
 	return list, nil
 }

@@ -49,7 +49,7 @@ type surgeCase struct {
 func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
 	s, err := c.surges.Get(key.Namespace, key.Name)
 	if apierrors.IsNotFound(err) {
-		c.state.forgetSurge(key)
+		c.flight.forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -136,7 +136,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 	if sc.pods, err = c.pods.Pods(s.Namespace).List(owner.Selector); err != nil {
 		return nil, 0, err
 	}
-	c.state.verified(s)
+	c.flight.verified(s)
 	return sc, 0, nil
 }
 
@@ -149,8 +149,8 @@ func describeResolved(t *workload.Target, err error) string {
 
 // rejectSurge reports, once per Surge version, a Surge the guardian will not act on.
 func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
-	c.state.rejected(s)
-	if c.state.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
+	c.flight.rejected(s)
+	if c.reports.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
 		c.metrics.SurgesRejected.WithLabelValues(reason).Inc()
 		c.event(surgeRef(s), corev1.EventTypeWarning, ReasonUntrustedSurge, actionReport,
 			"Surge %s/%s is not acted on (%s): %s. Its fields are left as they are; check them and delete the Surge by hand",
@@ -186,7 +186,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	if s.Spec.Pool != "" && c.pools != nil {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
 	}
-	obs.CapacityWanted = c.state.capacityWanted(s.Spec.Pool)
+	obs.CapacityWanted = c.drains.capacityWanted(s.Spec.Pool)
 	observePods(&obs, sc.pods, s.Spec.Node)
 	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
 	if sc.owner != nil {
@@ -196,7 +196,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 			}
 		}
 	}
-	c.state.holding(s, heldResources(s, sc.pods))
+	c.flight.holding(s, heldResources(s, sc.pods))
 	return obs
 }
 
@@ -204,7 +204,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now time.Time) guardian.NodeDrain {
 	var seen time.Time
 	if n.Spec.Unschedulable {
-		seen = c.state.firstCordonSeen(n.Name, now)
+		seen = c.cordons.firstSeen(n.Name, now)
 	}
 	return guardian.NodeTrigger(c.cfg, n, pool, predicted, now, seen)
 }

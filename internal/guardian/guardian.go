@@ -1,7 +1,9 @@
 // Package guardian holds drain-guardian's decisions as pure functions: whether a node is about to be
-// drained, and what to do next for one Surge (the lifecycle state machine, lifecycle.go). The
-// controller gathers the observations from its listers and carries out the decisions through one
-// executor; nothing here reads or writes the API.
+// drained (NodeTrigger), what to do about each pod that blocks a drain (DecideStalls, stall.go, booking
+// surges in a capacity Ledger; the daemon and `drain-guardian check` both call it), and what to do next
+// for one Surge (the lifecycle state machine, lifecycle.go). The controller gathers the observations
+// from its listers and carries out the decisions through one executor; nothing here reads or writes
+// the API.
 package guardian
 
 import (

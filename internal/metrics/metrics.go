@@ -78,8 +78,8 @@ func New() *Metrics {
 		}, []string{"pool"}),
 		UnresolvableBlocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "unresolvable_blocked_pods",
-			Help: "Blocked pods that no surge can help, by reason.",
-		}, []string{"pool", "reason"}),
+			Help: "Blocked pods that no surge can help, by reason (the Event's) and verdict (drain_guardian_predicted_blocks' and check's).",
+		}, []string{"pool", "reason", "verdict"}),
 		StallResolution: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "stall_resolution_duration_seconds",
 			Help:    "Time from a stall's detection to the blocked pod leaving the node.",

@@ -3,6 +3,8 @@ package workload
 import (
 	"context"
 	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 // inferenceServiceKind scales a KServe InferenceService through spec.predictor.minReplicas (and
@@ -14,6 +16,12 @@ const (
 	isvcMinPath = "/spec/predictor/minReplicas"
 	isvcMaxPath = "/spec/predictor/maxReplicas"
 )
+
+func (inferenceServiceKind) api() KServeAPI {
+	return KServeAPI{Resource: "inferenceservices", Versions: []string{"v1beta1"}}
+}
+
+func (inferenceServiceKind) component(*appsv1.Deployment) string { return "" }
 
 func (inferenceServiceKind) get(s *Store, ref Ref) (*Object, error) { return getKServe(s, ref) }
 

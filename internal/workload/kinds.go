@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 // kindHandler is what the surge lifecycle needs to know of one kind of scaled object. Each kind has a
-// file of its own; adding a kind means one file and one line in handlerFor.
+// file of its own, and a line in kinds.
 type kindHandler interface {
 	// get reads the object (from its lister, or live for kinds the guardian keeps no informer for).
 	get(s *Store, ref Ref) (*Object, error)
@@ -21,24 +23,69 @@ type kindHandler interface {
 	paths(t *Target) []string
 }
 
+// kserveKind is a kindHandler for a KServe kind: an object of KServe's group that controls the
+// Deployment running its pods. The controller watches it (KServeKinds), and Resolve makes it the
+// target of that Deployment's pods.
+type kserveKind interface {
+	kindHandler
+	// api is how to watch the kind.
+	api() KServeAPI
+	// component names the kind's workload that the Deployment runs ("" for a kind that has one).
+	component(d *appsv1.Deployment) string
+}
+
+// KServeAPI says how to watch a KServe kind.
+type KServeAPI struct {
+	// Resource is the kind's plural resource name.
+	Resource string
+	// Versions lists the versions to watch, in order of preference: owners are matched by group and
+	// kind, so any served version will do.
+	Versions []string
+}
+
+// kinds is the registry of the objects a surge can raise, one line per kind: adding a kind of surge
+// target is its handler's file and one line here (a KServe kind implements kserveKind, and is then
+// watched and resolved from its Deployment too). Owners of other kinds with a /scale subresource need
+// no line: scaleKind serves them. The pod owners themselves (Deployment, StatefulSet) are read by
+// Resolve and PodOwner.
+var kinds = map[Kind]kindHandler{
+	KindDeployment:          deploymentKind{},
+	KindStatefulSet:         statefulSetKind{},
+	KindHPA:                 hpaKind{},
+	KindInferenceService:    inferenceServiceKind{},
+	KindLLMInferenceService: llmInferenceServiceKind{},
+}
+
 // handlerFor returns the handler of the target's kind.
 func handlerFor(ref Ref) (kindHandler, error) {
 	if ref.ViaScale() {
 		return scaleKind{}, nil
 	}
-	switch ref.Kind {
-	case KindDeployment:
-		return deploymentKind{}, nil
-	case KindStatefulSet:
-		return statefulSetKind{}, nil
-	case KindHPA:
-		return hpaKind{}, nil
-	case KindInferenceService:
-		return inferenceServiceKind{}, nil
-	case KindLLMInferenceService:
-		return llmInferenceServiceKind{}, nil
+	if h, ok := kinds[ref.Kind]; ok {
+		return h, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", ref.Kind)
+}
+
+// KServeKinds lists the KServe kinds of the registry, by name.
+func KServeKinds() []Kind {
+	var out []Kind
+	for kind, h := range kinds {
+		if _, ok := h.(kserveKind); ok {
+			out = append(out, kind)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// KServeAPIOf returns how to watch a KServe kind; ok is false for any other kind.
+func KServeAPIOf(kind Kind) (api KServeAPI, ok bool) {
+	k, ok := kinds[kind].(kserveKind)
+	if !ok {
+		return KServeAPI{}, false
+	}
+	return k.api(), true
 }
 
 // Get returns the current object; a NotFound error when it is gone or was replaced by a namesake

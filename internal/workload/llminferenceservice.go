@@ -1,6 +1,10 @@
 package workload
 
-import "context"
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+)
 
 // Components of an LLMInferenceService whose replicas the guardian can surge.
 const (
@@ -19,6 +23,19 @@ const (
 	llmMainPath    = "/spec/replicas"
 	llmPrefillPath = "/spec/prefill/replicas"
 )
+
+func (llmInferenceServiceKind) api() KServeAPI {
+	// v1alpha1 up to OpenShift AI 3.3, stored as v1alpha2 from 3.4.
+	return KServeAPI{Resource: "llminferenceservices", Versions: []string{"v1alpha2", "v1alpha1"}}
+}
+
+// component tells the prefill workload's Deployment from the main one by its pods' component label.
+func (llmInferenceServiceKind) component(d *appsv1.Deployment) string {
+	if d.Spec.Template.Labels["app.kubernetes.io/component"] == prefillTemplateComponent {
+		return ComponentPrefill
+	}
+	return ComponentMain
+}
 
 func (llmInferenceServiceKind) get(s *Store, ref Ref) (*Object, error) { return getKServe(s, ref) }
 

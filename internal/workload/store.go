@@ -130,19 +130,12 @@ func (s *Store) resolveDeployment(d *appsv1.Deployment) (*Target, error) {
 	if c == nil {
 		return s.withHPA(owner)
 	}
-	if groupOf(c) == KServeGroup && (c.Kind == string(KindInferenceService) || c.Kind == string(KindLLMInferenceService)) {
+	if k, ok := kinds[Kind(c.Kind)].(kserveKind); ok && groupOf(c) == KServeGroup {
 		kind := Kind(c.Kind)
 		if _, _, ok := s.KServe(kind); !ok {
 			return nil, &NotServedError{Kind: kind}
 		}
-		t := &Target{Ref: Ref{Kind: kind, Namespace: d.Namespace, Name: c.Name, UID: c.UID}, PodOwner: owner}
-		if kind == KindLLMInferenceService {
-			t.Component = ComponentMain
-			if d.Spec.Template.Labels["app.kubernetes.io/component"] == prefillTemplateComponent {
-				t.Component = ComponentPrefill
-			}
-		}
-		return t, nil
+		return &Target{Ref: Ref{Kind: kind, Namespace: d.Namespace, Name: c.Name, UID: c.UID}, PodOwner: owner, Component: k.component(d)}, nil
 	}
 	if s.Scalable != nil {
 		resource, ok, err := s.Scalable(c.APIVersion, c.Kind)

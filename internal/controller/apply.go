@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+)
+
+// stallReport is how a stall reason is reported, once per stall (see stallKey): the Event's type and
+// action, and whether it counts in drain_guardian_stalls_failed_total or as a skipped look-ahead.
+type stallReport struct {
+	eventType, action string
+	failed, skipped   bool
+}
+
+// stallReports is the table from a stall decision's reason to its report. Reasons not listed
+// (scope, opt-out, PDB status lag, an owner that could not be read, a Surge that failed and was
+// reported then) record nothing.
+var stallReports = map[guardian.StallReason]stallReport{
+	guardian.StallUnsupportedOwner: {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallMissingRBAC:      {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallMultiplePDBs:     {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallUnsatisfiablePDB: {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallNoCapacity:       {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallDeferred:         {eventType: corev1.EventTypeNormal, action: actionSurge},
+	guardian.StallLookaheadSkipped: {skipped: true},
+}
+
+// applyStalls carries out the node's stall decisions: the only place on the stall path that records
+// Events, metrics, gauges and one-off reports. It returns when to look at the node again.
+func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, decisions []guardian.Decision, starts map[int]*surgeStart) (time.Duration, error) {
+	stats := &nodeStats{pool: obs.pool, unresolvable: map[unresolvable]int{}}
+	var missing corev1.ResourceList
+	var after time.Duration
+	var errs []error
+	for i, d := range decisions {
+		st := &obs.wave.Stalls[i]
+		countStall(stats, obs, d)
+		if d.SameAs >= 0 {
+			continue
+		}
+		retry, err := c.applyStall(ctx, obs, st, d, starts[i])
+		after = shorter(after, retry)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if d.Reason == guardian.StallNoCapacity {
+			missing = addResources(missing, d.Missing)
+		}
+	}
+	c.drains.setNode(obs.node.Name, stats, missing)
+	if missing != nil {
+		// Capacity may free up: surges of the pool whose survivors are safe give theirs back (see
+		// guardian's lifecycle); the stall looks again after DeferRetry.
+		c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Pool == obs.pool })
+	}
+	return after, errors.Join(errs...)
+}
+
+// countStall adds a decision to the node's gauges: a blocked pod in scope (a predicted node blocks
+// nothing yet), and the reason no surge helps it.
+func countStall(stats *nodeStats, obs *nodeObservation, d guardian.Decision) {
+	if d.InScope && obs.wave.Drain.Trigger != guardian.TriggerMCOPredicted {
+		stats.blocked++
+	}
+	if !d.Reason.Unresolvable() {
+		return
+	}
+	label := d.Reason.EventReason()
+	if d.Reason == guardian.StallSurgeFailed && d.Existing != nil {
+		label = d.Existing.Status.Reason
+	}
+	stats.unresolvable[unresolvable{reason: label, verdict: d.Reason.String()}]++
+}
+
+// applyStall carries out one workload's decision.
+func (c *Controller) applyStall(ctx context.Context, obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
+	switch d.Outcome {
+	case guardian.OutcomeSurge:
+		return c.applyStart(obs, st, d, start)
+	case guardian.OutcomeCovered:
+		c.enqueueSurge(d.Existing)
+	case guardian.OutcomeCleanup:
+		c.enqueueSurge(d.Existing)
+		return d.RetryAfter, c.exec.deleteSurge(ctx, d.Existing)
+	case guardian.OutcomeIgnore:
+		if d.InScope {
+			c.log.Debug("workload opted out", zap.String("pod", st.Pod.Namespace+"/"+st.Pod.Name), zap.String("node", obs.node.Name))
+		}
+	case guardian.OutcomeDefer, guardian.OutcomeUnresolvable:
+		if d.Reason == guardian.StallUnknown {
+			return 0, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)
+		}
+		if d.Existing != nil {
+			c.enqueueSurge(d.Existing)
+		}
+		c.reportStall(obs, st, d)
+	}
+	return d.RetryAfter, nil
+}
+
+// stallKey names a one-off report about a stall; it is forgotten when the node's drain ends.
+func stallKey(obs *nodeObservation, st *guardian.Stall, what string) string {
+	return fmt.Sprintf("%s/%s/%s/%s", what, st.Pod.UID, obs.node.Name, obs.wave.Drain.Drain)
+}
+
+// reportStall reports a stall not surged, once, as stallReports says.
+func (c *Controller) reportStall(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) {
+	r, ok := stallReports[d.Reason]
+	if !ok || !c.reports.once(obs.node.Name, stallKey(obs, st, d.Reason.String())) {
+		return
+	}
+	if r.skipped {
+		c.metrics.Lookahead.WithLabelValues(lookaheadSkipped).Inc()
+		c.log.Info("not surging ahead", zap.String("why", d.Detail),
+			zap.String("pod", st.Pod.Namespace+"/"+st.Pod.Name), zap.String("node", obs.node.Name))
+		return
+	}
+	if r.failed {
+		c.metrics.StallsFailed.WithLabelValues(obs.pool, d.Regarding.Kind, d.Reason.EventReason()).Inc()
+	}
+	c.event(d.Regarding, r.eventType, d.Reason.EventReason(), r.action, "Pod %s %s node %s (PDB %s allows no disruption) and is not surged: %s",
+		st.Pod.Name, blocksVerb(obs.wave.Drain.Trigger), obs.node.Name, st.PDB.Name, d.Detail)
+}
+
+// applyStart reports a surge started (or, in dry-run, one that would be).
+func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
+	pod, node, trigger := st.Pod, obs.node.Name, obs.wave.Drain.Trigger
+	change, kind := describeFields(d.Fields), d.Regarding.Kind
+	switch {
+	case errors.Is(start.err, errDryRun):
+		if c.reports.once(node, stallKey(obs, st, ReasonDryRun)) {
+			c.event(d.Regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
+				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, blocksVerb(trigger), node, st.PDB.Name, change)
+			c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
+		}
+		return 0, nil
+	case apierrors.IsAlreadyExists(start.err):
+		return time.Second, nil
+	case start.err != nil:
+		return 0, start.err
+	}
+	c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
+	detected := ReasonStallDetected
+	if trigger == guardian.TriggerMCOTargeted || trigger == guardian.TriggerMCOPredicted {
+		detected = ReasonStallPredicted
+	}
+	if trigger == guardian.TriggerMCOPredicted {
+		c.metrics.Lookahead.WithLabelValues(lookaheadSurged).Inc()
+	}
+	c.event(d.Regarding, corev1.EventTypeNormal, detected, actionDetect,
+		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, blocksVerb(trigger), node, st.PDB.Name)
+	c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
+		"Surging %s so that a replacement runs elsewhere before node %s drains (Surge %s)", change, node, start.surge.Name)
+	c.enqueueSurge(start.surge)
+	return 0, nil
+}
+
+// blocksVerb says how a pod stands in the way of the node's drain, by trigger.
+func blocksVerb(t guardian.Trigger) string {
+	switch t {
+	case guardian.TriggerMCOTargeted:
+		return "would block the coming drain of"
+	case guardian.TriggerMCOPredicted:
+		return "would block the drain of the MCO's next target,"
+	}
+	return "blocks the drain of"
+}
+
+// shorter returns the shorter of two requeue delays, where 0 means none.
+func shorter(a, b time.Duration) time.Duration {
+	if b > 0 && (a == 0 || b < a) {
+		return b
+	}
+	return a
+}
+
+// addResources adds add to sum, allocating sum on first use.
+func addResources(sum, add corev1.ResourceList) corev1.ResourceList {
+	if sum == nil {
+		sum = corev1.ResourceList{}
+	}
+	for name, q := range add {
+		v := sum[name]
+		v.Add(q)
+		sum[name] = v
+	}
+	return sum
+}

@@ -1,0 +1,172 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// stallConfig is the configuration of the daemon's stall decisions.
+func (c *Controller) stallConfig() guardian.StallConfig {
+	return guardian.StallConfig{NamespaceSelector: c.nsSelector, NilKeepsCount: c.kserve.nilKeepsCount(), MaxInFlight: c.opts.MaxConcurrentSurge}
+}
+
+// observeStalls reads, once, what the stall decision needs about the node's blocked pods. Owners of
+// pods outside the guardian's scope are not read; several pods of one workload are read once.
+func (c *Controller) observeStalls(obs *nodeObservation) error {
+	blocked, err := c.blockedOn(obs.node.Name)
+	if err != nil {
+		return err
+	}
+	cfg := c.stallConfig()
+	seen := map[types.UID]guardian.Stall{}
+	for _, b := range blocked {
+		st := guardian.Stall{Blocked: b}
+		st.Namespace, _ = c.namespaces.Get(b.Pod.Namespace)
+		if r, _ := guardian.Scope(cfg, true, st.Namespace, b.Pod.Namespace); r == guardian.StallNone {
+			c.observeStall(&st, seen)
+		}
+		obs.wave.Stalls = append(obs.wave.Stalls, st)
+	}
+	if obs.wave.Drain.Trigger == guardian.TriggerMCOPredicted {
+		obs.wave.Lookahead = c.lookaheadRoom(obs.pool)
+	}
+	return nil
+}
+
+// observeStall reads the stall's PDB status lag, owner and existing Surge; seen holds what was read
+// for the workload's earlier pods.
+func (c *Controller) observeStall(st *guardian.Stall, seen map[types.UID]guardian.Stall) {
+	var owner types.UID
+	if ref := metav1.GetControllerOf(st.Pod); ref != nil {
+		owner = ref.UID
+	}
+	if prev, ok := seen[owner]; ok && owner != "" {
+		st.PDBStatusBehind, st.Owner, st.Existing = prev.PDBStatusBehind, prev.Owner, prev.Existing
+		return
+	}
+	st.PDBStatusBehind = !st.MultiplePDBs && c.pdbStatusBehind(st.PDB)
+	st.Owner = workload.Observe(c.store, st.Pod)
+	if st.Owner.Err == nil {
+		st.Existing = c.surgeOf(st.Owner.Target)
+	}
+	seen[owner] = *st
+}
+
+// lookaheadRoom is what a look-ahead surge of the pool may use (see guardian.Lookahead); nil when
+// the pool cannot be read.
+func (c *Controller) lookaheadRoom(pool string) *guardian.Lookahead {
+	if c.pools == nil {
+		return nil
+	}
+	p, err := c.pools.Get(pool)
+	if err != nil {
+		return nil
+	}
+	pools := c.newPoolLookup()
+	return &guardian.Lookahead{
+		CapacityWanted: c.drains.capacityWanted(pool),
+		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
+		Unserved:       c.unservedStalls(c.plan(p).Updating),
+	}
+}
+
+// decideStalls decides the node's stalls and starts the surges decided, under the executor's
+// admission: the ledger counts the replacements of every Surge in flight, those created by another
+// worker a moment ago included, so that no two stalls book the same capacity or slot.
+func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]guardian.Decision, map[int]*surgeStart) {
+	var decisions []guardian.Decision
+	starts := map[int]*surgeStart{}
+	c.exec.admit(ctx, func() []*surgeStart {
+		view := c.flight.view(c.surges.List())
+		wave := obs.wave
+		wave.InFlight = view.count
+		wave.Ledger = guardian.NewLazyLedger(c.candidates, append(c.pendingReplacements(view.trusted), view.unverified...))
+		decisions = guardian.DecideStalls(c.stallConfig(), wave)
+		var out []*surgeStart
+		for i, d := range decisions {
+			if d.Outcome == guardian.OutcomeSurge && d.SameAs < 0 {
+				starts[i] = c.surgeStart(obs, &wave.Stalls[i], d)
+				out = append(out, starts[i])
+			}
+		}
+		return out
+	})
+	return decisions, starts
+}
+
+// surgeStart builds the Surge (phase Pending) a decision asks for; its own sync then writes the fields.
+func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) *surgeStart {
+	o, node := st.Owner, obs.node.Name
+	spec := v1alpha1.SurgeSpec{
+		Fields: d.Fields, Node: node, Pool: obs.pool, Trigger: string(obs.wave.Drain.Trigger), Drain: obs.wave.Drain.Drain,
+		PDB: st.PDB.Name, BlockedPod: st.Pod.Name, Delta: d.Delta, Replicas: o.PodOwner.Replicas,
+		StartTime: metav1.NewTime(c.clock.Now()),
+	}
+	if pods, err := c.pods.Pods(st.Pod.Namespace).List(o.PodOwner.Selector); err == nil {
+		spec.ReadyBefore = readyElsewhere(pods, node)
+	}
+	start := &surgeStart{surge: newSurge(o.Target, o.Object, spec)}
+	for range d.Delta {
+		start.replacements = append(start.replacements, guardian.Replacement(st.Pod))
+	}
+	return start
+}
+
+// pendingReplacements lists, for the given Surges in flight, the replacements the scheduler has
+// still to place: their owners' unscheduled pods and the replicas not created yet. A Surge waits for
+// at most the replicas it added (its delta), whatever count its workload asks for.
+func (c *Controller) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Pod {
+	var out []*podinfo.Pod
+	for _, s := range surges {
+		owner, err := c.store.PodOwner(targetOf(s).PodOwner)
+		if err != nil {
+			continue
+		}
+		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
+		out = append(out, waitingFor(s, pods)...)
+	}
+	return out
+}
+
+// waitingFor returns the replacements a Surge waits for, at most its delta: the unscheduled pods of
+// its workload, then stand-ins for the replicas the pod owner has not created yet.
+func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod) []*podinfo.Pod {
+	var out []*podinfo.Pod
+	live := int64(0)
+	for _, p := range pods {
+		if blocking.Skip(p) {
+			continue
+		}
+		live++
+		if p.Spec.NodeName == "" && len(out) < int(s.Spec.Delta) {
+			out = append(out, p)
+		}
+	}
+	missing := min(int64(s.Spec.Replicas)+int64(s.Spec.Delta)-live, int64(s.Spec.Delta)-int64(len(out)))
+	for i := int64(0); i < missing && len(pods) > 0; i++ {
+		out = append(out, guardian.Replacement(pods[0]))
+	}
+	return out
+}
+
+// candidates lists every node with its pods and what they request, for the capacity ledger.
+func (c *Controller) candidates() []blocking.Candidate {
+	nodes, _ := c.nodes.List(labels.Everything())
+	out := make([]blocking.Candidate, 0, len(nodes))
+	for _, n := range nodes {
+		pods, _ := c.podsOn(n.Name)
+		out = append(out, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package guardian
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+)
+
+// Ledger is the capacity one sync (or one wave of a prediction) books surges against: every node
+// with its pods, and the replacements the scheduler has still to place, which come first. A surge
+// decided books its replacements, so the next stall of the same ledger cannot take the same room.
+type Ledger struct {
+	load       func() []blocking.Candidate
+	candidates []blocking.Candidate
+	pending    []*podinfo.Pod
+	booked     int
+}
+
+// NewLedger returns a ledger over the candidates, with the pending replacements placed first. It
+// keeps both slices; the caller must not change them afterwards.
+func NewLedger(candidates []blocking.Candidate, pending []*podinfo.Pod) *Ledger {
+	return &Ledger{candidates: candidates, pending: pending[:len(pending):len(pending)]}
+}
+
+// NewLazyLedger is NewLedger with the candidates listed on first use: listing them reads every node
+// and pod of the cluster, which a sync whose stalls need no placement never does.
+func NewLazyLedger(candidates func() []blocking.Candidate, pending []*podinfo.Pod) *Ledger {
+	return &Ledger{load: candidates, pending: pending[:len(pending):len(pending)]}
+}
+
+func (l *Ledger) nodes() []blocking.Candidate {
+	if l.load != nil {
+		l.candidates, l.load = l.load(), nil
+	}
+	return l.candidates
+}
+
+// Fit places n replacements of pod after everything booked; it books nothing (see blocking.Fit).
+func (l *Ledger) Fit(pod *podinfo.Pod, n int) (int, corev1.ResourceList) {
+	return blocking.Fit(pod, n, l.pending, l.nodes())
+}
+
+// FitWhere is Fit on the candidates keep accepts, with extra replacements placed before pod's.
+func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool, extra []*podinfo.Pod) (int, corev1.ResourceList) {
+	var cands []blocking.Candidate
+	for _, c := range l.nodes() {
+		if keep == nil || keep(c.Node) {
+			cands = append(cands, c)
+		}
+	}
+	pending := append(append(make([]*podinfo.Pod, 0, len(l.pending)+len(extra)), l.pending...), extra...)
+	return blocking.Fit(pod, n, pending, cands)
+}
+
+// Book counts n replacements of pod, just decided, as pending.
+func (l *Ledger) Book(pod *podinfo.Pod, n int) {
+	for range n {
+		l.pending = append(l.pending, Replacement(pod))
+		l.booked++
+	}
+}
+
+// Booked returns the replacements booked on this ledger, in order.
+func (l *Ledger) Booked() []*podinfo.Pod {
+	return l.pending[len(l.pending)-l.booked:]
+}
+
+// Replacement is a stand-in for a replacement of pod the scheduler has still to place.
+func Replacement(pod *podinfo.Pod) *podinfo.Pod {
+	return pod.Unscheduled(pod.Name + "-replacement")
+}

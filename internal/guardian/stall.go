@@ -1,0 +1,340 @@
+package guardian
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+	"github.com/drain-guardian/drain-guardian/internal/workload"
+)
+
+// Retry delays of deferred stalls.
+const (
+	// DeferRetry is how soon a stall that could not be surged yet (capacity, concurrency, look-ahead
+	// room) is looked at again.
+	DeferRetry = 30 * time.Second
+	// PDBLagRetry is how soon a stall whose PDB status lags behind its pods is looked at again; the
+	// PDB's own update re-examines it sooner.
+	PDBLagRetry = 2 * time.Second
+	// StaleSurgeRetry is how soon a stall is looked at again after a Failed Surge of an earlier
+	// drain was deleted to make room for its own.
+	StaleSurgeRetry = time.Second
+)
+
+// Outcome is what the guardian does about one blocked workload.
+type Outcome int
+
+// The outcomes of DecideStalls.
+const (
+	// OutcomeIgnore: nothing to do and nothing to report (out of scope, opted out).
+	OutcomeIgnore Outcome = iota
+	// OutcomeSurge: create a Surge with the decision's fields and delta.
+	OutcomeSurge
+	// OutcomeCovered: an existing Surge serves this stall.
+	OutcomeCovered
+	// OutcomeDefer: not now; look again after RetryAfter (capacity, concurrency, look-ahead room,
+	// a PDB status behind its pods, an owner that could not be read).
+	OutcomeDefer
+	// OutcomeUnresolvable: no surge helps; report it.
+	OutcomeUnresolvable
+	// OutcomeCleanup: a Failed Surge of an earlier drain is in the way: delete it and look again.
+	OutcomeCleanup
+)
+
+// StallConfig is the part of the configuration that changes a stall decision.
+type StallConfig struct {
+	// NamespaceSelector is --namespace-selector; nil selects every namespace.
+	NamespaceSelector labels.Selector
+	// NilKeepsCount is the LLMInferenceService replica semantics (see workload.PlanSurge).
+	NilKeepsCount bool
+	// MaxInFlight is --max-concurrent-surges; 0 means no limit (a prediction).
+	MaxInFlight int
+	// Predicting is set by `check`: a Failed Surge of an earlier drain counts as already deleted,
+	// as the daemon deletes it before deciding again.
+	Predicting bool
+}
+
+// Owner is what was read about a blocked pod's owner (see workload.Observe).
+type Owner = workload.Owner
+
+// Stall is one pod that a PDB keeps on the node, with what was observed about it.
+type Stall struct {
+	blocking.Blocked
+	// Namespace is the pod's namespace; nil when it could not be read.
+	Namespace *corev1.Namespace
+	// PDBStatusBehind: the PDB's status counts fewer healthy pods than the cache holds.
+	PDBStatusBehind bool
+	Owner           Owner
+	// Existing is the workload's Surge, of any phase; nil when it has none.
+	Existing *v1alpha1.Surge
+}
+
+// Lookahead is what a look-ahead surge may use: only spare capacity, never the room a stall being
+// served needs.
+type Lookahead struct {
+	// CapacityWanted: a stall of the pool waits for capacity now; nothing is spare.
+	CapacityWanted bool
+	// WillNotDrain filters the ledger to the nodes this update will not drain again (see
+	// mco.WillNotDrain): a replacement on a node still to update would only move the stall there.
+	WillNotDrain func(*corev1.Node) bool
+	// Unserved are the replacements the stalls on the nodes updating now will ask for.
+	Unserved []*podinfo.Pod
+}
+
+// Wave is everything DecideStalls reads about one node to be drained (or one node of the wave a
+// prediction looks at).
+type Wave struct {
+	Node  string
+	Drain NodeDrain
+	// PoolSelected: the node's pool matches --pool-selector.
+	PoolSelected bool
+	Stalls       []Stall
+	// InFlight counts the Surges serving a stall now, including those created but not yet cached.
+	InFlight int
+	// Ledger is the capacity the wave's surges book against; shared by every wave of one sync or
+	// of one prediction step.
+	Ledger *Ledger
+	// Lookahead is the room for look-ahead surges (Drain.Trigger TriggerMCOPredicted); nil means none.
+	Lookahead *Lookahead
+}
+
+// Decision is what the guardian does about one blocked pod.
+type Decision struct {
+	Outcome Outcome
+	// Reason names why the pod is not surged now (StallNone for a surge or a covered stall).
+	Reason StallReason
+	// Detail says why, in a sentence without the pod or node (the caller adds them).
+	Detail string
+	// Regarding is the object a report is about: the workload when resolved, else the pod.
+	Regarding *corev1.ObjectReference
+	// InScope: the pod's namespace is one the guardian serves (it counts as blocked).
+	InScope bool
+	// SameAs is the index of the earlier pod of the same workload whose decision this repeats, or -1.
+	SameAs     int
+	RetryAfter time.Duration
+	// Fields and Delta are the surge to make (OutcomeSurge).
+	Fields []workload.Field
+	Delta  int32
+	// Missing is what the replacements that fit nowhere request (StallNoCapacity).
+	Missing corev1.ResourceList
+	// Existing is the Surge that covers the stall, failed for it, or is to be deleted.
+	Existing *v1alpha1.Surge
+	// Target is the object whose replicas a surge raises, when the owner was resolved.
+	Target *workload.Target
+}
+
+// DecideStalls decides every blocked pod of a wave. Several blocked pods of one workload are one
+// stall: the first decides for all of them. Surges decided are booked in w.Ledger and counted
+// against cfg.MaxInFlight, so the next decision (of this wave or another sharing the ledger) sees them.
+func DecideStalls(cfg StallConfig, w Wave) []Decision {
+	out := make([]Decision, len(w.Stalls))
+	first := map[types.UID]int{}
+	for i := range w.Stalls {
+		st := &w.Stalls[i]
+		owner := controllerUID(st.Pod)
+		if j, ok := first[owner]; ok && owner != "" {
+			out[i] = out[j]
+			out[i].SameAs = j
+			continue
+		}
+		first[owner] = i
+		d := decideOne(cfg, &w, st)
+		d.SameAs = -1
+		if d.Outcome == OutcomeSurge {
+			w.Ledger.Book(st.Pod, int(d.Delta))
+			w.InFlight++
+		}
+		out[i] = d
+	}
+	return out
+}
+
+func controllerUID(p *podinfo.Pod) types.UID {
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		return ref.UID
+	}
+	return ""
+}
+
+// decideOne decides one stall: scope, owner, existing Surge, PDB, surge plan, then room.
+func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
+	d := Decision{Regarding: st.Pod.Ref()}
+	if r, detail := Scope(cfg, w.PoolSelected, st.Namespace, st.Pod.Namespace); r != StallNone {
+		return d.with(OutcomeIgnore, r, "%s", detail)
+	}
+	d.InScope = true
+	if st.PDBStatusBehind && !st.MultiplePDBs {
+		d = d.with(OutcomeDefer, StallPDBStatusBehind, "the status of PDB %s lags behind its pods", st.PDB.Name)
+		d.RetryAfter = PDBLagRetry
+		return d
+	}
+	if d.Target = st.Owner.Target; d.Target != nil {
+		d.Regarding = d.Target.Ref.ObjectReference()
+	}
+	if r, detail := ownerProblem(st.Owner); r != StallNone {
+		return d.with(outcomeOf(r), r, "%s", detail)
+	}
+	t, obj, po := st.Owner.Target, st.Owner.Object, st.Owner.PodOwner
+	d.Regarding = obj.ObjectReference()
+	if obj.Ignored() || workload.IgnoredByAnnotation(po.Annotations) {
+		return d.with(OutcomeIgnore, StallOptedOut, "%s=true on %s: the guardian will not surge it", workload.IgnoreAnnotation, t.Ref.Kind)
+	}
+	if done, ok := existing(cfg, w, st, d); ok {
+		return done
+	}
+	delta, why := blocking.SurgeNeeded(st.PDB)
+	if st.MultiplePDBs {
+		return d.with(OutcomeUnresolvable, StallMultiplePDBs, "more than one PDB selects the pod; the Eviction API refuses it whatever the budgets")
+	}
+	if why != "" {
+		return d.with(OutcomeUnresolvable, StallUnsatisfiablePDB, "%s", DescribePDB(st.PDB, why))
+	}
+	fields, err := workload.PlanSurge(obj, t, po.Replicas, delta, cfg.NilKeepsCount)
+	if err != nil {
+		return d.with(OutcomeUnresolvable, StallUnsupportedOwner, "%s", unsupportedDetail(err))
+	}
+	d.Fields, d.Delta = fields, delta
+	return room(cfg, w, st, d)
+}
+
+// with sets the decision's outcome and reason and says why.
+func (d Decision) with(o Outcome, r StallReason, format string, args ...any) Decision {
+	d.Outcome, d.Reason, d.Detail = o, r, fmt.Sprintf(format, args...)
+	if o == OutcomeDefer && d.RetryAfter == 0 && r != StallUnknown {
+		d.RetryAfter = DeferRetry
+	}
+	return d
+}
+
+func outcomeOf(r StallReason) Outcome {
+	if r == StallUnknown {
+		return OutcomeDefer
+	}
+	return OutcomeUnresolvable
+}
+
+// Scope applies --pool-selector, --namespace-selector and the namespace opt-out annotation to a pod
+// of namespace name (ns is that namespace, nil when it cannot be read); StallNone means in scope.
+// Labels and annotations are the namespace owner's input: only the documented values count.
+func Scope(cfg StallConfig, poolSelected bool, ns *corev1.Namespace, name string) (StallReason, string) {
+	switch {
+	case !poolSelected:
+		return StallOutOfScope, "the pool does not match --pool-selector: the guardian leaves it alone"
+	case ns == nil:
+		return StallOutOfScope, fmt.Sprintf("namespace %s is not readable", name)
+	case workload.IgnoredByAnnotation(ns.Annotations):
+		return StallOptedOut, fmt.Sprintf("%s=true on namespace %s", workload.IgnoreAnnotation, ns.Name)
+	case cfg.NamespaceSelector != nil && !cfg.NamespaceSelector.Matches(labels.Set(ns.Labels)):
+		return StallOutOfScope, fmt.Sprintf("namespace %s does not match --namespace-selector", ns.Name)
+	}
+	return StallNone, ""
+}
+
+// ownerProblem classifies an error met reading the pod's owner. Only what cannot change by itself
+// is unresolvable; anything else (a cache miss, a timeout) is unknown: look again.
+func ownerProblem(o Owner) (StallReason, string) {
+	var unsup *workload.UnsupportedError
+	var notServed *workload.NotServedError
+	err := o.Err
+	switch {
+	case err == nil:
+		return StallNone, ""
+	case errors.As(err, &unsup):
+		return StallUnsupportedOwner, unsup.Detail
+	case errors.As(err, &notServed):
+		return StallUnsupportedOwner, fmt.Sprintf("owned by a %s, which this cluster does not serve (or the guardian may not list)", notServed.Kind)
+	case apierrors.IsForbidden(err) && o.Target != nil && o.Target.Ref.ViaScale():
+		r := o.Target.Ref
+		gv, _ := schema.ParseGroupVersion(r.APIVersion)
+		return StallMissingRBAC, fmt.Sprintf("%s %s has a /scale subresource the guardian may not use: grant get and patch on %s/scale in API group %q",
+			r.Kind, r.Name, r.Resource, gv.Group)
+	}
+	return StallUnknown, fmt.Sprintf("reading the owner failed, looking again: %v", err)
+}
+
+func unsupportedDetail(err error) string {
+	var unsup *workload.UnsupportedError
+	if errors.As(err, &unsup) {
+		return unsup.Detail
+	}
+	return err.Error()
+}
+
+// existing decides a stall whose workload has a Surge already: an active one covers it; a Failed
+// one for this very drain was reported when it failed; a Failed one for another drain is deleted so
+// that this stall gets a surge of its own.
+func existing(cfg StallConfig, w *Wave, st *Stall, d Decision) (Decision, bool) {
+	s := st.Existing
+	if s == nil {
+		return d, false
+	}
+	d.Existing = s
+	switch {
+	case s.PhaseOf() != v1alpha1.PhaseFailed:
+		return d.with(OutcomeCovered, StallNone, "Surge %s serves it", s.Name), true
+	case s.Spec.Node == w.Node && s.Spec.Drain == w.Drain.Drain:
+		return d.with(OutcomeUnresolvable, StallSurgeFailed, "Surge %s failed for this drain (%s): %s", s.Name, s.Status.Reason, s.Status.Message), true
+	case cfg.Predicting:
+		d.Existing = nil
+		return d, false
+	}
+	d = d.with(OutcomeCleanup, StallNone, "Surge %s failed for an earlier drain", s.Name)
+	d.RetryAfter = StaleSurgeRetry
+	return d, true
+}
+
+// room decides whether the planned surge can be made now: capacity, then the concurrency limit.
+// A look-ahead surge is only for spare capacity and never takes the last slot.
+func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
+	delta := int(d.Delta)
+	lookahead := w.Drain.Trigger == TriggerMCOPredicted
+	if lookahead && !lookaheadFits(w, st.Pod, delta) {
+		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
+	}
+	if placed, missing := w.Ledger.Fit(st.Pod, delta); placed < delta {
+		d.Missing = missing
+		return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s",
+			delta-placed, delta, blocking.DescribeResources(missing))
+	}
+	if cfg.MaxInFlight > 0 && lookahead && w.InFlight+1 >= cfg.MaxInFlight {
+		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
+	}
+	if cfg.MaxInFlight > 0 && w.InFlight >= cfg.MaxInFlight {
+		return d.with(OutcomeDefer, StallDeferred, "%d stalls are being served (--max-concurrent-surges=%d): waiting", w.InFlight, cfg.MaxInFlight)
+	}
+	return d.with(OutcomeSurge, StallNone, "")
+}
+
+// lookaheadFits reports whether a look-ahead surge fits in what the stalls being served leave free:
+// no stall of the pool waits for capacity, and with the replacements of the stalls on the nodes
+// updating now placed first, it fits on a node the update will not drain again.
+func lookaheadFits(w *Wave, pod *podinfo.Pod, delta int) bool {
+	la := w.Lookahead
+	if la == nil || la.CapacityWanted {
+		return false
+	}
+	placed, _ := w.Ledger.FitWhere(pod, delta, la.WillNotDrain, la.Unserved)
+	return placed == delta
+}
+
+// DescribePDB says why no surge satisfies the PDB (why is blocking.SurgeNeeded's reason).
+func DescribePDB(pdb *policyv1.PodDisruptionBudget, why string) string {
+	switch why {
+	case blocking.ReasonMaxUnavailable:
+		return fmt.Sprintf("PDB %s has maxUnavailable %s: added replicas raise the expected count too, so no surge helps", pdb.Name, pdb.Spec.MaxUnavailable.String())
+	case blocking.ReasonFullMinAvailable:
+		return fmt.Sprintf("PDB %s has minAvailable %s: it requires every replica, whatever their number", pdb.Name, pdb.Spec.MinAvailable.String())
+	}
+	return fmt.Sprintf("PDB %s would need more than %d added replicas", pdb.Name, blocking.MaxSurge)
+}
