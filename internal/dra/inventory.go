@@ -85,7 +85,7 @@ func NewInventory(slices []*resourcev1.ResourceSlice, claims []*resourcev1.Resou
 		inv.classes[c.Name] = c
 	}
 	inv.extended = extendedNames(classes)
-	allocated := map[DeviceID]bool{}
+	allocated := make(map[DeviceID]bool, len(claims))
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue

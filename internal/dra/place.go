@@ -103,10 +103,13 @@ func (inv *Inventory) alternative(devs []*device, inTrial map[*device]bool, a Al
 	}
 	busy := false
 	for _, d := range devs {
-		if !inv.match(d, a) {
+		inUse := d.taken || inTrial[d]
+		// A device in use matters only to All (which it defeats when it matches): the CEL
+		// evaluation is skipped for the others.
+		if (inUse && !a.All) || !inv.match(d, a) {
 			continue
 		}
-		if d.taken || inTrial[d] {
+		if inUse {
 			busy = true
 			continue
 		}
