@@ -3,12 +3,13 @@
 // ResourceClaims and those booked for the replacements already counted. It is pure: the caller
 // reads slices, claims, classes and templates from listers.
 //
-// It follows the scheduler's structured allocator (kubernetes
-// staging/src/k8s.io/dynamic-resource-allocation/structured) where that is decidable from the
-// cached objects, and answers Unknown where it is not (device taints, partitionable devices,
-// consumable capacity, constraints between the devices of a claim, incomplete pools). Unlike the
-// allocator it does not backtrack: requests are satisfied greedily in order, which can only answer
-// DoesNotFit where the scheduler would find a place, never the reverse.
+// It follows the scheduler's structured allocator (k8s.io/dynamic-resource-allocation v0.34
+// structured/internal/stable: pools_stable.go, allocator_stable.go) where that is decidable from
+// the cached objects, and answers Unknown where it is not (device taints, partitionable devices,
+// consumable capacity, devices shared between claims, binding conditions, constraints between the
+// devices of a claim). Unlike the allocator it does not backtrack: requests are satisfied greedily
+// in order, which can only answer DoesNotFit where the scheduler would find a place, never the
+// reverse.
 package dra
 
 import (
@@ -65,6 +66,10 @@ type device struct {
 	// unsure says why the count cannot tell whether the scheduler would allocate the device.
 	unsure string
 	taken  bool // allocated to a claim or booked by Take
+	// incomplete: the device's pool has fewer slices of its newest generation than it announces
+	// (its driver is republishing it). The scheduler allocates such devices by count, but refuses
+	// allocationMode All while any pool the node reaches is incomplete.
+	incomplete bool
 }
 
 // Inventory is the cluster's devices, which are taken, and what the count booked. It is not safe
@@ -143,14 +148,14 @@ func newestPools(slices []*resourcev1.ResourceSlice) []pool {
 	for _, k := range order {
 		p := newest[k]
 		sort.Slice(p.slices, func(i, j int) bool { return p.slices[i].Name < p.slices[j].Name })
-		p.incomplete = int64(len(p.slices)) < p.slices[0].Spec.Pool.ResourceSliceCount
+		p.incomplete = int64(len(p.slices)) != p.slices[0].Spec.Pool.ResourceSliceCount
 		out = append(out, *p)
 	}
 	return out
 }
 
 func newDevice(s *resourcev1.ResourceSlice, api *resourcev1.Device, incomplete bool) *device {
-	d := &device{id: DeviceID{s.Spec.Driver, s.Spec.Pool.Name, api.Name}, api: api}
+	d := &device{id: DeviceID{s.Spec.Driver, s.Spec.Pool.Name, api.Name}, api: api, incomplete: incomplete}
 	nodeName, sel, all := s.Spec.NodeName, s.Spec.NodeSelector, s.Spec.AllNodes
 	if s.Spec.PerDeviceNodeSelection != nil && *s.Spec.PerDeviceNodeSelection {
 		nodeName, sel, all = api.NodeName, api.NodeSelector, api.AllNodes
@@ -164,8 +169,6 @@ func newDevice(s *resourcev1.ResourceSlice, api *resourcev1.Device, incomplete b
 		d.all = true
 	}
 	switch {
-	case incomplete:
-		d.unsure = "resource pool " + s.Spec.Pool.Name + " is being republished"
 	case len(api.Taints) > 0:
 		d.unsure = "device taints"
 	case len(api.ConsumesCounters) > 0:

@@ -254,7 +254,8 @@ func TestExtendedResourceMapping(t *testing.T) {
 	want(t, "another nvidia.com/gpu", inv.Fit(n, Extended(c, 1)), DoesNotFit, map[string]int64{"gpu-newer": 1})
 }
 
-// Only the newest generation of a pool counts; a pool still being republished is Unknown.
+// Only the newest generation of a pool counts. A pool still being republished gives devices by
+// count, but none for allocationMode All.
 func TestPoolGenerations(t *testing.T) {
 	n := node("gpu-a", nil)
 	old := nodeSlice("gpu-a", 1, gpu("gpu-0", "a100"), gpu("gpu-1", "a100"))
@@ -266,11 +267,12 @@ func TestPoolGenerations(t *testing.T) {
 
 	cur.Spec.Pool.ResourceSliceCount = 2
 	partial := NewInventory([]*resourcev1.ResourceSlice{cur, old}, nil, classes)
-	r := partial.Fit(n, Extended(class, 1))
-	want(t, "an incomplete pool", r, Unknown, nil)
-	if r.Reason == "" {
-		t.Error("Unknown without a reason")
-	}
+	want(t, "by count from an incomplete pool", partial.Fit(n, Extended(class, 1)), Fits, nil)
+	all := Need{Requests: []Request{{Name: "all", Alternatives: []Alternative{{Class: class, All: true}}}}}
+	want(t, "All from a complete pool", inv.Fit(n, all), DoesNotFit, map[string]int64{class: 1})
+	want(t, "All from an incomplete pool", partial.Fit(n, all), DoesNotFit, map[string]int64{class: 1})
+	cur.Spec.Pool.ResourceSliceCount = 1
+	want(t, "All from a complete pool, nothing allocated", NewInventory([]*resourcev1.ResourceSlice{old, cur}, nil, classes).Fit(n, all), Fits, nil)
 }
 
 // What the count cannot judge is Unknown, and Take books it only when told to.

@@ -103,6 +103,9 @@ func (inv *Inventory) alternative(devs []*device, inTrial map[*device]bool, a Al
 	}
 	busy := false
 	for _, d := range devs {
+		if a.All && d.incomplete {
+			return nil, DoesNotFit, shortfall{missing: 1}
+		}
 		inUse := d.taken || inTrial[d]
 		// A device in use matters only to All (which it defeats when it matches): the CEL
 		// evaluation is skipped for the others.
