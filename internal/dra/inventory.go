@@ -198,7 +198,9 @@ func (inv *Inventory) reachable(node *corev1.Node) []*device {
 
 // ExtendedClass is the DeviceClass whose devices serve an extended resource name (KEP-5004): the
 // class naming it in spec.extendedResourceName (the newest class when several do, then the first by
-// name), or the class the implicit name deviceclass.resource.kubernetes.io/<class> names.
+// name), or the class the implicit name deviceclass.resource.kubernetes.io/<class> names. Whether
+// the scheduler serves such names (the DRAExtendedResource gate, alpha and off in Kubernetes 1.34)
+// is not visible here; a running original that got its devices this way shows it does.
 func (inv *Inventory) ExtendedClass(resource corev1.ResourceName) (string, bool) {
 	if c, ok := inv.extended[string(resource)]; ok {
 		return c, true

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -250,7 +251,17 @@ func TestExtendedResourceMapping(t *testing.T) {
 		t.Error("an unmapped name maps")
 	}
 	n := node("gpu-a", nil)
-	want(t, "one nvidia.com/gpu", inv.Take(n, Extended(c, 1), false), Fits, nil)
+	requests := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("4")}
+	need, rest := inv.ExtendedNeed(requests, n)
+	if len(need.Requests) != 1 || !reflect.DeepEqual(need.Requests[0].Alternatives, []Alternative{{Class: "gpu-newer", Count: 1}}) || len(rest) != 1 || rest.Cpu().Value() != 4 {
+		t.Errorf("on a DRA node: need %+v, rest %v; want one gpu-newer device and the CPUs", need.Requests, rest)
+	}
+	plugin := node("plugin", nil)
+	plugin.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}
+	if need, rest := inv.ExtendedNeed(requests, plugin); len(need.Requests) != 0 || len(rest) != 2 {
+		t.Errorf("on a device plugin's node: need %+v, rest %v; want everything left to the allocatable check", need.Requests, rest)
+	}
+	want(t, "one nvidia.com/gpu", inv.Take(n, need, false), Fits, nil)
 	want(t, "another nvidia.com/gpu", inv.Fit(n, Extended(c, 1)), DoesNotFit, map[string]int64{"gpu-newer": 1})
 }
 

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -114,6 +115,28 @@ func alternative(class string, sel []resourcev1.DeviceSelector, mode resourcev1.
 		}
 	}
 	return a
+}
+
+// ExtendedNeed splits a pod's requests on node: the extended resources DRA serves there (mapped to a
+// DeviceClass, see ExtendedClass, and absent from the node's allocatable) become a Need, one request
+// per resource; the rest is returned for the allocatable check. A node that lists the resource, even
+// at zero, keeps it for its device plugin, as the scheduler does (KEP-5004, Filter).
+func (inv *Inventory) ExtendedNeed(requests corev1.ResourceList, node *corev1.Node) (Need, corev1.ResourceList) {
+	var need Need
+	var rest corev1.ResourceList
+	for name, q := range requests {
+		class, ok := inv.ExtendedClass(name)
+		if _, plugin := node.Status.Allocatable[name]; ok && !plugin && q.Value() > 0 {
+			need.Requests = append(need.Requests, Request{Name: string(name), Alternatives: []Alternative{{Class: class, Count: q.Value()}}})
+			continue
+		}
+		if rest == nil {
+			rest = make(corev1.ResourceList, len(requests))
+		}
+		rest[name] = q
+	}
+	sort.Slice(need.Requests, func(i, j int) bool { return need.Requests[i].Name < need.Requests[j].Name })
+	return need, rest
 }
 
 // Extended is the need of an extended resource request (KEP-5004, alpha in Kubernetes 1.34 behind
