@@ -1,6 +1,8 @@
 package dra
 
 import (
+	"unique"
+
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -43,7 +45,7 @@ func SlimSlice(s *resourcev1.ResourceSlice) *resourcev1.ResourceSlice {
 		Devices: make([]resourcev1.Device, len(s.Spec.Devices)),
 	}}
 	for i, d := range s.Spec.Devices {
-		sd := resourcev1.Device{Name: d.Name, Attributes: d.Attributes, Capacity: d.Capacity,
+		sd := resourcev1.Device{Name: d.Name, Attributes: internAttributes(d.Attributes), Capacity: d.Capacity,
 			NodeName: d.NodeName, NodeSelector: d.NodeSelector, AllNodes: d.AllNodes,
 			Taints: d.Taints, AllowMultipleAllocations: d.AllowMultipleAllocations, BindsToNode: d.BindsToNode}
 		if len(d.ConsumesCounters) > 0 {
@@ -75,4 +77,26 @@ func SlimClaim(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
 
 func slimClaimSpec(s resourcev1.ResourceClaimSpec) resourcev1.ResourceClaimSpec {
 	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: s.Devices.Requests, Constraints: s.Devices.Constraints}}
+}
+
+// internAttributes copies a device's attributes with their names and string values interned: the
+// devices of a node, and the nodes of a fleet, repeat the same names and mostly the same values
+// (model, architecture, driver version), which decoding allocates anew for every device.
+func internAttributes(in map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
+	if in == nil {
+		return nil
+	}
+	out := make(map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, len(in))
+	for k, v := range in {
+		if v.StringValue != nil {
+			s := unique.Make(*v.StringValue).Value()
+			v.StringValue = &s
+		}
+		if v.VersionValue != nil {
+			s := unique.Make(*v.VersionValue).Value()
+			v.VersionValue = &s
+		}
+		out[resourcev1.QualifiedName(unique.Make(string(k)).Value())] = v
+	}
+	return out
 }
