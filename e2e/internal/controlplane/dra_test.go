@@ -14,7 +14,8 @@ import (
 
 // The test bed's Kubernetes 1.34 serves resource.k8s.io/v1 and its scheduler allocates DRA devices:
 // a pod taking its GPU through a ResourceClaimTemplate gets a claim allocated from the ResourceSlice
-// published for its kwok node, and a second such pod stays Pending once no device is free.
+// published for its kwok node, a second such pod stays Pending once no device is free, and runs
+// once another node's slice offers one.
 func TestDRAAllocatesFromPublishedSlices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
@@ -98,6 +99,18 @@ func TestDRAAllocatesFromPublishedSlices(t *testing.T) {
 			t.Fatalf("model-1's claim was allocated %+v although no device is free", cl.Status.Allocation)
 		}
 		return true, nil
+	})
+
+	// A second node's driver publishes its GPU: the scheduler retries model-1 on the slice's arrival.
+	if _, err := cp.AddFakeNode(ctx, "dra-1", map[string]string{"node-role.kubernetes.io/worker": ""}, "zone-b", 0, "16", "64Gi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.PublishGPUDevices(ctx, "dra-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	pollT(ctx, t, "pod model-1 to run on dra-1", func() (bool, error) {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, second.Name, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == "dra-1" && p.Status.Phase == corev1.PodRunning, err
 	})
 }
 
