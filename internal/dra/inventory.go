@@ -65,7 +65,7 @@ type device struct {
 	api      *resourcev1.Device
 	// unsure says why the count cannot tell whether the scheduler would allocate the device.
 	unsure string
-	taken  bool // allocated to a claim or booked by Take
+	index  int // into Inventory.taken
 	// incomplete: the device's pool has fewer slices of its newest generation than it announces
 	// (its driver is republishing it). The scheduler allocates such devices by count, but refuses
 	// allocationMode All while any pool the node reaches is incomplete.
@@ -75,6 +75,9 @@ type device struct {
 // Inventory is the cluster's devices, which are taken, and what the count booked. It is not safe
 // for concurrent use.
 type Inventory struct {
+	// taken: allocated to a claim or booked by Take, by device index. The devices themselves are
+	// never changed after NewInventory, so that a Clone shares them.
+	taken    []bool
 	byNode   map[string][]*device // devices on one node (spec.nodeName)
 	anywhere []*device            // devices with a node selector or on all nodes
 	classes  map[string]*resourcev1.DeviceClass
@@ -106,7 +109,8 @@ func NewInventory(slices []*resourcev1.ResourceSlice, claims []*resourcev1.Resou
 		for _, s := range p.slices {
 			for i := range s.Spec.Devices {
 				d := newDevice(s, &s.Spec.Devices[i], p.incomplete)
-				d.taken = allocated[d.id]
+				d.index = len(inv.taken)
+				inv.taken = append(inv.taken, allocated[d.id])
 				if d.node != "" {
 					inv.byNode[d.node] = append(inv.byNode[d.node], d)
 				} else {
@@ -239,7 +243,7 @@ func (inv *Inventory) Free(node *corev1.Node) (sure, maybe map[string]int64) {
 	devs := inv.reachable(node)
 	for name := range inv.classes {
 		for _, d := range devs {
-			if d.taken {
+			if inv.taken[d.index] {
 				continue
 			}
 			switch {
@@ -267,8 +271,18 @@ func (inv *Inventory) Take(node *corev1.Node, need Need, unknown bool) Result {
 	r, devs := inv.place(node, need)
 	if r.Verdict == Fits || (r.Verdict == Unknown && unknown) {
 		for _, d := range devs {
-			d.taken = true
+			inv.taken[d.index] = true
 		}
 	}
 	return r
+}
+
+// Clone returns an inventory that books apart from inv: what either Takes afterwards the other does
+// not see. The devices and the selectors' verdicts are shared (the clone costs a bit per device),
+// so inv and its clones must not be used concurrently. A caller that places the same replacements
+// again on every check (blocking.Fit starts over each time) takes them on a clone of one inventory.
+func (inv *Inventory) Clone() *Inventory {
+	c := *inv
+	c.taken = append([]bool(nil), inv.taken...)
+	return &c
 }

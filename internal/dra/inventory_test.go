@@ -160,6 +160,21 @@ func TestTakeBooks(t *testing.T) {
 	want(t, "allNodes device again from x", all.Fit(x, one), DoesNotFit, nil)
 }
 
+// A clone books apart from its original: a ledger that places the same replacements on every
+// check starts each from a clone of one inventory.
+func TestCloneBooksApart(t *testing.T) {
+	n := node("gpu-a", nil)
+	inv := NewInventory([]*resourcev1.ResourceSlice{nodeSlice("gpu-a", 1, gpu("gpu-0", "a100"), gpu("gpu-1", "a100"))},
+		[]*resourcev1.ResourceClaim{allocated("c", "gpu-a", "gpu-0")}, []*resourcev1.DeviceClass{gpuClass()})
+	one := Extended(class, 1)
+	c := inv.Clone()
+	want(t, "on the clone", c.Take(n, one, false), Fits, nil)
+	want(t, "again on the clone", c.Fit(n, one), DoesNotFit, map[string]int64{class: 1})
+	want(t, "on the original", inv.Fit(n, one), Fits, nil)
+	want(t, "on a second clone", inv.Clone().Take(n, one, false), Fits, nil)
+	want(t, "the allocated device stays taken on clones", inv.Clone().Fit(n, Extended(class, 2)), DoesNotFit, map[string]int64{class: 1})
+}
+
 // ExactCount asks for count devices; All for every matching device the node reaches, none of them
 // in use.
 func TestCountAndAllModes(t *testing.T) {

@@ -106,7 +106,7 @@ func (inv *Inventory) alternative(devs []*device, inTrial map[*device]bool, a Al
 		if a.All && d.incomplete {
 			return nil, DoesNotFit, shortfall{missing: 1}
 		}
-		inUse := d.taken || inTrial[d]
+		inUse := inv.taken[d.index] || inTrial[d]
 		// A device in use matters only to All (which it defeats when it matches): the CEL
 		// evaluation is skipped for the others.
 		if (inUse && !a.All) || !inv.match(d, a) {
