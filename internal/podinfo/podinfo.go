@@ -58,6 +58,9 @@ type Scheduling struct {
 	// Requests is what the pod requests as the scheduler adds it up: init containers, sidecars and
 	// overhead folded in (k8s.io/component-helpers/resource.PodRequests).
 	Requests corev1.ResourceList
+	// ResourceClaims are the pod's claims for devices of Dynamic Resource Allocation
+	// (spec.resourceClaims): which a replacement gets anew from a template, which it shares.
+	ResourceClaims []corev1.PodResourceClaim
 
 	// nodeAffinity is the required node affinity and node selector, parsed once.
 	nodeAffinity nodeaffinity.RequiredNodeAffinity
@@ -144,7 +147,8 @@ func scheduling(p *corev1.Pod) *Scheduling {
 	s := Scheduling{
 		NodeSelector: p.Spec.NodeSelector, Affinity: p.Spec.Affinity, Tolerations: p.Spec.Tolerations,
 		Priority: p.Spec.Priority, PriorityClassName: p.Spec.PriorityClassName,
-		Requests: resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}),
+		Requests:       resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}),
+		ResourceClaims: p.Spec.ResourceClaims,
 	}
 	key, err := json.Marshal(&s)
 	if err != nil {

@@ -91,6 +91,26 @@ func TestFromKeepsWhatDecisionsRead(t *testing.T) {
 	}
 }
 
+// A pod's device claims are kept: which ones a replacement gets anew from a template and which it
+// shares. Replicas of one template share them; a pod naming another claim has its own.
+func TestFromKeepsResourceClaims(t *testing.T) {
+	withClaims := func(name, claim string) *corev1.Pod {
+		p := replica(name, "w1")
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{
+			{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")},
+			{Name: "cache", ResourceClaimName: ptr.To(claim)},
+		}
+		return p
+	}
+	a, b, c := From(withClaims("llm-0", "shared")), From(withClaims("llm-1", "shared")), From(withClaims("llm-2", "other"))
+	if want := withClaims("x", "shared").Spec.ResourceClaims; !reflect.DeepEqual(a.Spec.ResourceClaims, want) {
+		t.Errorf("claims = %+v, want %+v", a.Spec.ResourceClaims, want)
+	}
+	if a.Spec.Scheduling != b.Spec.Scheduling || a.Spec.Scheduling == c.Spec.Scheduling {
+		t.Error("replicas with the same claims do not share them, or pods with different claims do")
+	}
+}
+
 func TestMatchesNode(t *testing.T) {
 	p := From(replica("llm-0", "w1"))
 	a100 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"gpu": "a100"}}}
