@@ -19,7 +19,7 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
+.PHONY: help build generate verify-generate bundle unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -42,15 +42,25 @@ verify-generate: ## Fail if the generated deepcopy code or CRD is stale
 	if [ $$stale = 0 ]; then echo "generated files are up to date"; \
 	else echo "generated files are stale: run make generate" >&2; exit 1; fi
 
-unit: ## Unit tests of the daemon, manifests and dashboard (no cluster needed)
+# The OLM bundle's version and images; the CSV names the images by tag unless given digests.
+BUNDLE_VERSION ?= 0.1.0
+BUNDLE_ARGS    ?= -version $(BUNDLE_VERSION)
+
+bundle: ## Regenerate the OLM bundle (bundle/) from manifests/base
+	cd tools/bundle && $(GO) run . $(BUNDLE_ARGS)
+
+unit: ## Unit tests of the daemon, manifests and dashboard; the OLM bundle validated and up to date (no cluster needed)
 	$(GO) test -v -race ./...
+	cd tools/bundle && $(GO) test -v ./...
 
 lint: verify-generate ## gofmt, go vet and golangci-lint for both modules; generated files up to date
-	@out=$$(gofmt -l api cmd internal manifests dashboards e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l api cmd internal manifests dashboards e2e tools/bundle); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	cd tools/bundle && $(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	cd e2e && $(GOLANGCI_LINT) run ./...
+	cd tools/bundle && $(GOLANGCI_LINT) run ./...
 
 test-rules: ## promtool checks and unit tests of the alerting rules
 	promtool check rules manifests/prometheus/drain-guardian.rules.yaml
