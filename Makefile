@@ -7,6 +7,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/drain-guardian/drain-guardian/internal/version.Version=$(VERSION) \
              -X github.com/drain-guardian/drain-guardian/internal/version.Revision=$(REVISION)
 IMAGE     ?= quay.io/drain-guardian/drain-guardian:$(VERSION)
+MUST_GATHER_IMAGE ?= quay.io/drain-guardian/drain-guardian-must-gather:$(VERSION)
 # -count=1: the suite runs bin/drain-guardian and the control-plane binaries, which go test's result
 # cache cannot see; a cached pass could hide a change to the daemon.
 E2E_FLAGS ?= -v -count=1 -timeout 45m
@@ -115,9 +116,9 @@ cluster-down: ## Stop exactly what cluster-up started
 demo: build ## The whole story on a local control plane: stalled pool update resolved with no downtime
 	cd e2e && $(GO) run ./cmd/testbed demo
 
-image: ## Build the container image (needs a container engine)
-	@if command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
-	elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+image: ## Build the container image and the must-gather image (needs a container engine)
+	@if command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) . && podman build --target must-gather -t $(MUST_GATHER_IMAGE) .; \
+	elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build -t $(IMAGE) . && docker build --target must-gather -t $(MUST_GATHER_IMAGE) .; \
 	else echo "make image: no container engine (podman or a running docker) on this machine; the Dockerfile is at ./Dockerfile" >&2; exit 1; fi
 
 clean: ## Remove build output
