@@ -47,7 +47,7 @@ verify-generate: ## Fail if the generated deepcopy code or CRD is stale
 BUNDLE_VERSION ?= 0.1.0
 BUNDLE_ARGS    ?= -version $(BUNDLE_VERSION)
 
-bundle: ## Regenerate the OLM bundle (bundle/) from manifests/base
+bundle: ## Regenerate the OLM bundle (bundle/) from manifests/overlays/openshift (and so manifests/base)
 	cd tools/bundle && $(GO) run . $(BUNDLE_ARGS)
 
 unit: ## Unit tests of the daemon, manifests and dashboard; the OLM bundle validated and up to date (no cluster needed)

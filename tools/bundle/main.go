@@ -1,4 +1,5 @@
-// Command bundle generates the OLM bundle (bundle/) from the kustomize base (manifests/base):
+// Command bundle generates the OLM bundle (bundle/) from the kustomize installation for OpenShift
+// (manifests/overlays/openshift, built on manifests/base):
 // the ClusterServiceVersion's install strategy, cluster permissions and permissions come from the
 // rendered Deployment and RBAC, the Surge CRD is the owned CRD, and every other object the bundle
 // may carry is copied as is. `make bundle` runs it; its tests validate the result with
@@ -14,7 +15,7 @@ import (
 func main() {
 	var cfg Config
 	var out string
-	flag.StringVar(&cfg.Base, "base", "../../manifests/base", "kustomization to generate the bundle from")
+	flag.StringVar(&cfg.Base, "base", DefaultBase, "kustomization to generate the bundle from")
 	flag.StringVar(&out, "out", "../../bundle", "bundle directory to write")
 	flag.StringVar(&cfg.Version, "version", DefaultVersion, "semantic version of the bundle, without v")
 	flag.StringVar(&cfg.Image, "image", "", "operator image (default quay.io/drain-guardian/drain-guardian:v<version>)")
