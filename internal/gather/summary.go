@@ -79,7 +79,7 @@ func (s Summary) Write(w io.Writer) {
 		fmt.Fprint(w, "  A surged model reports Ready=False (MinimumReplicasUnavailable) while a Ready pod serves: its\n"+
 			"  Deployment at the surged count is not Available with one Ready pod. Real downtime is no Ready pod:\n"+
 			"    oc get deploy -n <namespace> <deployment> -o jsonpath='{.status.readyReplicas}'   (0 or empty = down)\n"+
-			"    PromQL: kube_deployment_status_replicas_ready{namespace=\"<namespace>\",deployment=\"<deployment>\"} == 0\n")
+			"    PromQL: kube_deployment_status_replicas_available{namespace=\"<namespace>\",deployment=\"<deployment>\"} == 0\n")
 	}
 	section(w, "MachineConfigPools", s.Pools)
 	fmt.Fprintf(w, "\nNodes: %d; draining: %s; cordoned: %s\n", s.Nodes, list(s.Draining), list(s.Cordoned))
