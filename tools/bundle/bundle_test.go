@@ -249,4 +249,3 @@ func copyDir(src, dst string) error {
 		return os.WriteFile(target, data, 0o644)
 	})
 }
-
