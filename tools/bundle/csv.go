@@ -164,6 +164,19 @@ operator acts on every pool and namespace (opt a workload or namespace out with 
 ` + "`drain-guardian.io/ignore: \"true\"`" + `). Only its ServiceAccount may write Surges; everyone who can view
 a namespace can read them.
 
+### Example
+A model with one replica and a PodDisruptionBudget ` + "`minAvailable: 1`" + ` needs nothing else. While its node
+is updated, the guardian's record of the surge reads:
+
+` + "```" + `
+$ oc get surges -A
+NAMESPACE   NAME                         KIND                  TARGET   NODE    POOL   PHASE   AGE
+models      llminferenceservice-llama    LLMInferenceService   llama    gpu-1   gpu    Ready   40s
+` + "```" + `
+
+During the surge the model reports Ready=False (MinimumReplicasUnavailable) although a Ready pod serves:
+its Deployment is not Available at the surged count. Downtime is no Ready pod of that Deployment.
+
 ### Before an update
 ` + "`oc drain-guardian check`" + ` (the binary installed as an oc plugin) predicts, from the cluster as it is, which
 pods will stall which pool and what the guardian will do about each.
