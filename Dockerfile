@@ -10,6 +10,7 @@
 
 ARG GO_IMAGE=docker.io/library/golang:1.26.8-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
+ARG MUST_GATHER_BASE_IMAGE=registry.access.redhat.com/ubi9/ubi-minimal:9.6
 
 FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS builder
 ARG TARGETOS=linux
@@ -34,6 +35,27 @@ RUN --mount=type=cache,target=/cache/go-mod --mount=type=cache,target=/cache/go-
         -X github.com/drain-guardian/drain-guardian/internal/version.Version=${VERSION} \
         -X github.com/drain-guardian/drain-guardian/internal/version.Revision=${REVISION}" \
       -o /out/drain-guardian ./cmd/drain-guardian
+
+# The must-gather image (docker build --target must-gather). `oc adm must-gather` runs its command
+# through /bin/bash beside a disk-usage watcher (df, awk, sed) and copies /must-gather out of a
+# second container of the same image with rsync or tar (openshift/oc,
+# pkg/cli/admin/mustgather/mustgather.go): none of that is in the distroless base, so this image
+# is UBI with those tools and the same binary, whose /usr/bin/gather name runs `gather` with the
+# must-gather defaults.
+#   oc adm must-gather --image=quay.io/drain-guardian/drain-guardian-must-gather:<version>
+FROM ${MUST_GATHER_BASE_IMAGE} AS must-gather
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="drain-guardian-must-gather" \
+      org.opencontainers.image.description="Collects what a drain-guardian support case needs (oc adm must-gather)" \
+      org.opencontainers.image.source="https://github.com/drain-guardian/drain-guardian" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+RUN microdnf install -y --nodocs tar rsync gawk sed findutils && microdnf clean all
+COPY --from=builder /out/drain-guardian /usr/bin/drain-guardian
+RUN ln -s drain-guardian /usr/bin/gather
+COPY LICENSE /licenses/LICENSE
+USER 65532:0
+CMD ["/usr/bin/gather"]
 
 FROM ${RUNTIME_IMAGE}
 ARG VERSION=dev

@@ -7,6 +7,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/drain-guardian/drain-guardian/internal/version.Version=$(VERSION) \
              -X github.com/drain-guardian/drain-guardian/internal/version.Revision=$(REVISION)
 IMAGE     ?= quay.io/drain-guardian/drain-guardian:$(VERSION)
+MUST_GATHER_IMAGE ?= quay.io/drain-guardian/drain-guardian-must-gather:$(VERSION)
 # -count=1: the suite runs bin/drain-guardian and the control-plane binaries, which go test's result
 # cache cannot see; a cached pass could hide a change to the daemon.
 E2E_FLAGS ?= -v -count=1 -timeout 45m
@@ -19,7 +20,7 @@ CRD_DIR   := manifests/base/crd
 # golangci-lint runs from the directory of the module it checks; .golangci.yml applies to both.
 GOLANGCI_LINT = $(GO) tool -modfile=$(CURDIR)/tools/golangci-lint/go.mod golangci-lint
 
-.PHONY: help build controlplane generate verify-generate unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
+.PHONY: help build controlplane generate verify-generate bundle unit lint test-rules e2e test bench bench-pool bench-scale chaos demo cluster-up cluster-down image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -49,15 +50,25 @@ verify-generate: ## Fail if the generated deepcopy code or CRD is stale
 	if [ $$stale = 0 ]; then echo "generated files are up to date"; \
 	else echo "generated files are stale: run make generate" >&2; exit 1; fi
 
-unit: ## Unit tests of the daemon, manifests and dashboard (no cluster needed)
+# The OLM bundle's version and images; the CSV names the images by tag unless given digests.
+BUNDLE_VERSION ?= 0.1.0
+BUNDLE_ARGS    ?= -version $(BUNDLE_VERSION)
+
+bundle: ## Regenerate the OLM bundle (bundle/) from manifests/overlays/openshift (and so manifests/base)
+	cd tools/bundle && $(GO) run . $(BUNDLE_ARGS)
+
+unit: ## Unit tests of the daemon, manifests and dashboard; the OLM bundle validated and up to date (no cluster needed)
 	$(GO) test -v -race ./...
+	cd tools/bundle && $(GO) test -v ./...
 
 lint: verify-generate ## gofmt, go vet and golangci-lint for both modules; generated files up to date
-	@out=$$(gofmt -l api cmd internal manifests dashboards e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l api cmd internal manifests dashboards e2e tools/bundle); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	cd tools/bundle && $(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	cd e2e && $(GOLANGCI_LINT) run ./...
+	cd tools/bundle && $(GOLANGCI_LINT) run ./...
 
 test-rules: ## promtool checks and unit tests of the alerting rules
 	promtool check rules manifests/prometheus/drain-guardian.rules.yaml
@@ -112,9 +123,9 @@ cluster-down: ## Stop exactly what cluster-up started
 demo: build controlplane ## The whole story on a local control plane: stalled pool update resolved with no downtime
 	cd e2e && $(GO) run ./cmd/testbed demo
 
-image: ## Build the container image (needs a container engine)
-	@if command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
-	elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+image: ## Build the container image and the must-gather image (needs a container engine)
+	@if command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) . && podman build --target must-gather -t $(MUST_GATHER_IMAGE) .; \
+	elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build -t $(IMAGE) . && docker build --target must-gather -t $(MUST_GATHER_IMAGE) .; \
 	else echo "make image: no container engine (podman or a running docker) on this machine; the Dockerfile is at ./Dockerfile" >&2; exit 1; fi
 
 clean: ## Remove build output

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,7 +19,7 @@ import (
 
 func main() {
 	enableStreamingLists()
-	if err := newRootCommand().Execute(); err != nil {
+	if err := commandFor(os.Args[0], os.Args[1:]).Execute(); err != nil {
 		// check ends with its own exit codes (1 and 2 are answers, not failures).
 		var exit *exitError
 		if errors.As(err, &exit) {
@@ -31,6 +33,35 @@ func main() {
 	}
 }
 
+// The names the binary answers to besides drain-guardian, each installed as a symlink to it.
+const (
+	// kubectlPlugin and ocPlugin make it `kubectl drain-guardian` and `oc drain-guardian`: both
+	// run an executable named <cli>-<name> found on PATH, with dashes in the name as underscores.
+	kubectlPlugin = "kubectl-drain_guardian"
+	ocPlugin      = "oc-drain_guardian"
+	// mustGatherEntry is the command `oc adm must-gather` runs in the image.
+	mustGatherEntry = "gather"
+)
+
+// commandFor returns the command tree for the name the binary was started by (argv[0]) and its
+// arguments: as a kubectl or oc plugin the help speaks of "oc drain-guardian"; as /usr/bin/gather
+// it runs `gather` with the must-gather defaults.
+func commandFor(argv0 string, args []string) *cobra.Command {
+	name := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	root := newRootCommand()
+	switch name {
+	case kubectlPlugin, ocPlugin:
+		// Cobra's display name for plugins: the usage lines read "oc drain-guardian check".
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: strings.TrimSuffix(name, "-drain_guardian") + " drain-guardian"}
+	case mustGatherEntry:
+		root = newGatherCommand(true)
+		root.Use = mustGatherEntry
+		root.SilenceUsage, root.SilenceErrors = true, true
+	}
+	root.SetArgs(args)
+	return root
+}
+
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "drain-guardian",
@@ -38,7 +69,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newCheckCommand(), &cobra.Command{
+	root.AddCommand(newRunCommand(), newCheckCommand(), newGatherCommand(false), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -86,3 +86,42 @@ func TestREADMEFlagsAreTheRunHelp(t *testing.T) {
 			strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The binary installed as a kubectl or oc plugin (a symlink named kubectl-drain_guardian or
+// oc-drain_guardian) runs the same commands and speaks of itself as the CLI calls it; as
+// /usr/bin/gather in the must-gather image it is the gather command writing to /must-gather.
+func TestInvocationName(t *testing.T) {
+	for _, tc := range []struct {
+		argv0, args string
+		want        []string
+	}{
+		{"/usr/local/bin/kubectl-drain_guardian", "--help", []string{"kubectl drain-guardian [command]", "check", "gather"}},
+		{"oc-drain_guardian", "check --help", []string{"oc drain-guardian check [flags]", "--ready-estimate"}},
+		{"oc-drain_guardian", "gather --help", []string{"oc drain-guardian gather [flags]", "--dest string"}},
+		{"/opt/bin/drain-guardian", "--help", []string{"drain-guardian [command]"}},
+		{"/usr/bin/gather", "--help", []string{"gather [flags]", `(default "/must-gather")`}},
+	} {
+		t.Run(tc.argv0+" "+tc.args, func(t *testing.T) {
+			cmd := commandFor(tc.argv0, strings.Fields(tc.args))
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if strings.Contains(out.String(), "drain-guardian drain-guardian") {
+				t.Errorf("name doubled:\n%s", out.String())
+			}
+		})
+	}
+	// Outside must-gather, gather needs to be told where to write.
+	cmd := commandFor("kubectl-drain_guardian", []string{"gather"})
+	cmd.SetOut(&bytes.Buffer{})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--dest: required") {
+		t.Errorf("gather without --dest: %v", err)
+	}
+}
