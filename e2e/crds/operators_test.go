@@ -117,4 +117,3 @@ func TestNodeMaintenanceFields(t *testing.T) {
 		t.Error("NodeMaintenance without spec.nodeName accepted")
 	}
 }
-

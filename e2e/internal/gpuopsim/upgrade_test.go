@@ -69,7 +69,9 @@ func (c *fakeGPUCluster) start(t *testing.T, shuffle func([]*corev1.Node)) {
 		t.Fatal(err)
 	}
 	if shuffle == nil {
-		shuffle = func(nodes []*corev1.Node) { sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name }) }
+		shuffle = func(nodes []*corev1.Node) {
+			sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
