@@ -44,8 +44,8 @@ const (
 	// PhaseDrained: the pods are gone and the source is working on the empty node (driver reload,
 	// maintenance); the node is not back yet. Hold the surge.
 	PhaseDrained
-	// PhaseFailed: the source gave up on this drain and left the node cordoned until someone
-	// intervenes (a GPU driver upgrade in upgrade-failed).
+	// PhaseFailed: the source gave up on this drain. A GPU driver upgrade in upgrade-failed leaves
+	// the node cordoned until someone intervenes; a failed medik8s NodeMaintenance uncordons it.
 	PhaseFailed
 	// PhaseOver: the drain is finished and the source has handed the node back (uncordoned it or is
 	// uncordoning it).
