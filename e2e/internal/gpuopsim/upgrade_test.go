@@ -363,3 +363,23 @@ func TestAutoUpgradeOffRemovesStateLabels(t *testing.T) {
 		return !labelled
 	})
 }
+
+// TestPodThatCannotBeEvictedFailsAtOnce: a GPU pod with emptyDir data, which
+// the policy does not allow to delete, fails the upgrade without waiting for
+// the timeout and without evicting anything.
+func TestPodThatCannotBeEvictedFailsAtOnce(t *testing.T) {
+	pod := simfake.Pod("models", "model", "gpu-1", 1)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	c := newFakeGPUCluster(t, simfake.AllowAll, clusterPolicy("550.1", nil), simfake.Node("gpu-1", 1), pod)
+	c.start(t, nil)
+	simfake.Eventually(t, 10*time.Second, "upgrade-done", func() bool { return c.state(t, "gpu-1") == StateDone })
+	start := time.Now()
+	c.setVersion(t, "560.2")
+	simfake.Eventually(t, 10*time.Second, "upgrade-failed", func() bool { return c.state(t, "gpu-1") == StateFailed })
+	if took := time.Since(start); took >= 3*time.Second {
+		t.Errorf("failed after %v, want before the 3 s pod deletion timeout", took)
+	}
+	if attempts, _, deletes := c.Evictions(); attempts != 0 || deletes != 0 || !c.Pod("models", "model") {
+		t.Errorf("%d eviction attempts and %d deletions, want none", attempts, deletes)
+	}
+}
