@@ -3,6 +3,7 @@ package trigger
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,23 @@ func DefaultUpgradePolicy() UpgradePolicy {
 		PodDeletionTimeout:  300 * time.Second,
 		DrainTimeout:        300 * time.Second,
 	}
+}
+
+// ActiveUpgradePolicy is the upgrade policy of the ClusterPolicy the GPU Operator acts on: the oldest
+// one (it marks any other ignored). With none, because the API is absent or not readable, it is
+// DefaultUpgradePolicy: the state labels, if any, still say where each node stands.
+func ActiveUpgradePolicy(clusterPolicies []*unstructured.Unstructured) (UpgradePolicy, error) {
+	if len(clusterPolicies) == 0 {
+		return DefaultUpgradePolicy(), nil
+	}
+	oldest := slices.MinFunc(clusterPolicies, func(a, b *unstructured.Unstructured) int {
+		ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+		if c := ta.Compare(tb.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetName(), b.GetName())
+	})
+	return ReadUpgradePolicy(oldest)
 }
 
 // CRD defaults of the fields inside upgradePolicy (config/crd/bases/nvidia.com_clusterpolicies.yaml),

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -103,5 +104,22 @@ func TestReadUpgradePolicyRejectsBadValues(t *testing.T) {
 		if got, err := ReadUpgradePolicy(clusterPolicy(t, manifest)); err == nil {
 			t.Errorf("%s: ReadUpgradePolicy() = %+v, want an error", manifest, got)
 		}
+	}
+}
+
+func TestActiveUpgradePolicy(t *testing.T) {
+	// No ClusterPolicy (the API absent, or not readable): the Helm chart's policy.
+	if got, err := ActiveUpgradePolicy(nil); err != nil || !reflect.DeepEqual(got, DefaultUpgradePolicy()) {
+		t.Errorf("ActiveUpgradePolicy(nil) = %+v, %v; want the default policy", got, err)
+	}
+	older := clusterPolicy(t, "spec: {driver: {upgradePolicy: {autoUpgrade: true, maxParallelUpgrades: 3}}}")
+	older.SetName("b-policy")
+	older.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	newer := clusterPolicy(t, "spec: {driver: {upgradePolicy: {autoUpgrade: true, maxParallelUpgrades: 7}}}")
+	newer.SetName("a-policy")
+	newer.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)))
+	got, err := ActiveUpgradePolicy([]*unstructured.Unstructured{newer, older})
+	if err != nil || got.MaxParallelUpgrades != 3 {
+		t.Errorf("ActiveUpgradePolicy() = %+v, %v; want the oldest ClusterPolicy's (maxParallelUpgrades 3)", got, err)
 	}
 }

@@ -188,3 +188,11 @@ func TestNodeMaintenanceDetailIsBounded(t *testing.T) {
 		t.Errorf("Detail has %d bytes, want at most %d: %.40q", len(got.Detail), maxDetail, got.Detail)
 	}
 }
+
+// Without the NodeMaintenance APIs there is nothing to list: every node is PhaseNone, and back.
+func TestNodeMaintenancesWithoutTheAPI(t *testing.T) {
+	got := NewNodeMaintenances(nil).Signal(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	if got.Phase != PhaseNone || got.Drain != "" || !got.Back || got.Source != NodeMaintenance {
+		t.Errorf("Signal() = %+v, want PhaseNone", got)
+	}
+}
