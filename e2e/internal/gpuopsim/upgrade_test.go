@@ -157,6 +157,13 @@ func (h *history) of(node string) []string {
 	return append([]string{}, h.states[node]...)
 }
 
+// reached reports whether the node's history has at least n states and ends
+// in state: the informer may lag behind a read from the API.
+func (h *history) reached(node string, n int, state string) bool {
+	seq := h.of(node)
+	return len(seq) >= n && seq[len(seq)-1] == state
+}
+
 // TestUpgradeWalksEveryStateInOrder: a GPU node goes through the in-place
 // upgrade in the real order, cordoned from cordon-required to
 // uncordon-required; its GPU pod is evicted, its other pod stays; a node
@@ -167,15 +174,13 @@ func TestUpgradeWalksEveryStateInOrder(t *testing.T) {
 		simfake.Pod("models", "model", "gpu-1", 1), simfake.Pod("infra", "exporter", "gpu-1", 0))
 	h := watch(t, c)
 	c.start(t, nil)
-	simfake.Eventually(t, 10*time.Second, "gpu-1 to be upgrade-done", func() bool { return c.state(t, "gpu-1") == StateDone })
+	simfake.Eventually(t, 10*time.Second, "gpu-1 to be upgrade-done", func() bool { return h.reached("gpu-1", 2, StateDone) })
 	if got := h.of("gpu-1"); !slices.Equal(got, []string{"", StateDone}) {
 		t.Errorf("first sight: states %v, want unlabelled then upgrade-done", got)
 	}
 
 	c.setVersion(t, "560.2")
-	simfake.Eventually(t, 30*time.Second, "the upgrade to finish", func() bool {
-		return len(h.of("gpu-1")) > 2 && c.state(t, "gpu-1") == StateDone
-	})
+	simfake.Eventually(t, 30*time.Second, "the upgrade to finish", func() bool { return h.reached("gpu-1", 3, StateDone) })
 	want := []string{"", StateDone, StateUpgradeRequired, StateCordonRequired, StateWaitForJobsRequired, StatePodDeletionRequired,
 		StatePodRestartRequired, StateValidationRequired, StateUncordonRequired, StateDone}
 	if got := h.of("gpu-1"); !slices.Equal(got, want) {
@@ -219,7 +224,7 @@ func TestRefusedEvictionFailsTheUpgrade(t *testing.T) {
 
 	start := time.Now()
 	c.setVersion(t, "560.2")
-	simfake.Eventually(t, 30*time.Second, "gpu-1 to fail", func() bool { return c.state(t, "gpu-1") == StateFailed })
+	simfake.Eventually(t, 30*time.Second, "gpu-1 to fail", func() bool { return h.reached("gpu-1", 1, StateFailed) })
 	// The default 300 s timeout at this scale is 3 s; kubectl's unscaled 5 s
 	// retry makes the failure come after the first retry wait.
 	if took := time.Since(start); took < 3*time.Second {
@@ -255,7 +260,7 @@ func TestFailedPodDeletionFallsBackToDrainWhenEnabled(t *testing.T) {
 	c.start(t, nil)
 	simfake.Eventually(t, 10*time.Second, "upgrade-done", func() bool { return c.state(t, "gpu-1") == StateDone })
 	c.setVersion(t, "560.2")
-	simfake.Eventually(t, 40*time.Second, "gpu-1 to fail", func() bool { return c.state(t, "gpu-1") == StateFailed })
+	simfake.Eventually(t, 40*time.Second, "gpu-1 to fail", func() bool { return h.reached("gpu-1", 1, StateFailed) })
 	got := h.of("gpu-1")
 	i, j := slices.Index(got, StatePodDeletionRequired), slices.Index(got, StateDrainRequired)
 	if i < 0 || j != i+1 || got[len(got)-1] != StateFailed {
@@ -277,7 +282,7 @@ func TestParallelismAndSkip(t *testing.T) {
 	c.setVersion(t, "560.2")
 	simfake.Eventually(t, 60*time.Second, "the rollout", func() bool {
 		for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
-			if len(h.of(n)) < 2 || c.state(t, n) != StateDone {
+			if !h.reached(n, 2, StateDone) {
 				return false
 			}
 		}
@@ -310,7 +315,7 @@ func TestMaxUnavailableBoundsParallelUpgrades(t *testing.T) {
 	c.setVersion(t, "560.2")
 	simfake.Eventually(t, 60*time.Second, "the rollout", func() bool {
 		for _, n := range []string{"gpu-1", "gpu-2", "gpu-3", "gpu-4"} {
-			if len(h.of(n)) < 2 || c.state(t, n) != StateDone {
+			if !h.reached(n, 2, StateDone) {
 				return false
 			}
 		}
@@ -338,7 +343,7 @@ func TestInitiallyCordonedNodeStaysCordoned(t *testing.T) {
 	simfake.Eventually(t, 30*time.Second, "the upgrade and the removal of the initial-state annotation", func() bool {
 		n := c.Node(t, "gpu-1")
 		_, annotated := n.Annotations[InitialStateAnnotation]
-		return len(h.of("gpu-1")) > 1 && n.Labels[StateLabel] == StateDone && !annotated
+		return h.reached("gpu-1", 2, StateDone) && !annotated
 	})
 	n := c.Node(t, "gpu-1")
 	if !n.Spec.Unschedulable {
