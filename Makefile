@@ -76,9 +76,11 @@ test-rules: ## promtool checks and unit tests of the alerting rules
 
 e2e: build controlplane ## End-to-end suite on a real local control plane
 	cd e2e && $(GO) test $(E2E_FLAGS) ./...
-	@# The simulators against a control plane of their own: that KServe and the MCO write as the real
-	@# controllers do (build tag e2e_sim; run after the scenarios so that no two suites share the CPU).
-	cd e2e && $(GO) test $(E2E_FLAGS) -tags e2e_sim -run '^TestSimulator' ./internal/kservesim/ ./internal/mcosim/
+	@# The simulators against a control plane of their own: that KServe, the MCO, the GPU Operator and the
+	@# Node Maintenance Operator write as the real controllers do (build tag e2e_sim; run after the
+	@# scenarios so that no two suites share the CPU).
+	cd e2e && $(GO) test $(E2E_FLAGS) -tags e2e_sim -run '^TestSimulator' ./internal/kservesim/ ./internal/mcosim/ \
+		./internal/gpuopsim/ ./internal/nmosim/
 	@# One KServe simulator owns a cluster's LLMInferenceServices: the OpenShift AI 3.4+ meaning of an
 	@# absent replica count gets a run of its own.
 	cd e2e && E2E_LLM_NIL_KEEPS_COUNT=true $(GO) test $(E2E_FLAGS) -run '^TestLLMInferenceService' ./scenarios/

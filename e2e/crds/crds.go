@@ -1,7 +1,9 @@
 // Package crds holds the CustomResourceDefinitions the local test bed installs
-// for the KServe kinds: InferenceService and LLMInferenceService. They are
-// written for this project (see the header of each file) and embedded, so a
-// test installs them without reading files relative to its working directory.
+// for kinds of other operators: KServe's InferenceService and
+// LLMInferenceService, the NVIDIA GPU Operator's ClusterPolicy and medik8s'
+// NodeMaintenance. They are written for this project (see the header of each
+// file) and embedded, so a test installs them without reading files relative
+// to its working directory.
 package crds
 
 import (
@@ -20,8 +22,8 @@ var files embed.FS
 // FS returns the embedded CRD manifests, one YAML document per file.
 func FS() fs.FS { return files }
 
-// KServe decodes every embedded manifest, sorted by file name.
-func KServe() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+// All decodes every embedded manifest, sorted by file name.
+func All() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	names, err := fs.Glob(files, "*.yaml")
 	if err != nil {
 		return nil, err
@@ -40,6 +42,21 @@ func KServe() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out = append(out, crd)
+	}
+	return out, nil
+}
+
+// KServe returns the embedded KServe CRDs, sorted by file name.
+func KServe() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, c := range all {
+		if c.Spec.Group == "serving.kserve.io" {
+			out = append(out, c)
+		}
 	}
 	return out, nil
 }

@@ -25,7 +25,7 @@ const group = "serving.kserve.io"
 // server defaults it on create.
 func crd(t *testing.T, kind string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	all, err := KServe()
+	all, err := All()
 	if err != nil {
 		t.Fatalf("decoding embedded CRDs: %v", err)
 	}
@@ -49,17 +49,24 @@ func internal(t *testing.T, in *apiextensionsv1.CustomResourceDefinition) *apiex
 }
 
 func TestEmbeddedCRDs(t *testing.T) {
-	all, err := KServe()
-	if err != nil {
-		t.Fatal(err)
+	names := func(list func() ([]*apiextensionsv1.CustomResourceDefinition, error)) []string {
+		all, err := list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, c := range all {
+			out = append(out, c.Name)
+		}
+		return out
 	}
-	var names []string
-	for _, c := range all {
-		names = append(names, c.Name)
+	want := []string{"nodemaintenances.nodemaintenance.medik8s.io", "clusterpolicies.nvidia.com",
+		"inferenceservices.serving.kserve.io", "llminferenceservices.serving.kserve.io"}
+	if got := names(All); !slices.Equal(got, want) {
+		t.Errorf("All() = %v, want %v", got, want)
 	}
-	want := []string{"inferenceservices.serving.kserve.io", "llminferenceservices.serving.kserve.io"}
-	if !slices.Equal(names, want) {
-		t.Fatalf("embedded CRDs = %v, want %v", names, want)
+	if got := names(KServe); !slices.Equal(got, want[2:]) {
+		t.Errorf("KServe() = %v, want %v", got, want[2:])
 	}
 }
 
