@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/rbac"
 	"github.com/drain-guardian/drain-guardian/manifests/promcheck"
@@ -629,6 +630,52 @@ func TestSurgeCRD(t *testing.T) {
 				t.Error("the CRD has no status subresource")
 			}
 		})
+	}
+}
+
+// TestSurgeSpecIntegersAreBounded checks that the CRD bounds every integer of the Surge spec, and
+// delta by the guardian's own cap: a Surge is state the guardian acts on, and nothing it computes may
+// grow with a number nobody bounded.
+func TestSurgeSpecIntegersAreBounded(t *testing.T) {
+	data, err := os.ReadFile(surgeCRDFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	versions, _ := nested(crd, "spec", "versions")
+	spec, ok := nested(versions.([]any)[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec")
+	if !ok {
+		t.Fatal("no spec schema")
+	}
+	var integers []string
+	var walk func(path string, schema map[string]any)
+	walk = func(path string, schema map[string]any) {
+		if schema["type"] == "integer" {
+			integers = append(integers, path)
+			if _, ok := schema["maximum"]; !ok {
+				t.Errorf("%s has no maximum", path)
+			}
+			if _, ok := schema["minimum"]; !ok {
+				t.Errorf("%s has no minimum", path)
+			}
+		}
+		props, _ := schema["properties"].(map[string]any)
+		for name, sub := range props {
+			walk(path+"."+name, sub.(map[string]any))
+		}
+		if items, ok := schema["items"].(map[string]any); ok {
+			walk(path+"[]", items)
+		}
+	}
+	walk("spec", spec.(map[string]any))
+	if len(integers) < 6 {
+		t.Fatalf("found only the integers %v: the walk misses some", integers)
+	}
+	if max, _ := nested(spec.(map[string]any), "properties", "delta", "maximum"); max != blocking.MaxSurge {
+		t.Errorf("spec.delta maximum %v, want blocking.MaxSurge (%d)", max, blocking.MaxSurge)
 	}
 }
 

@@ -106,6 +106,8 @@ type Controller struct {
 	// plans caches each pool's predicted update order (see plan) until the next node or pool event.
 	plans planCache
 	state *state
+	// rejected holds the Surges that failed verification: they book no capacity.
+	rejected rejectedSurges
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.

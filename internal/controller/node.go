@@ -374,12 +374,13 @@ func (c *Controller) inFlight() int {
 	return c.state.inFlight(c.surges.List())
 }
 
-// pendingReplacements lists the unscheduled pods of workloads with a stall in flight: the scheduler
-// will place them before any new replacement, so the capacity check counts them first.
+// pendingReplacements lists the replacements the stalls in flight still wait for (see
+// blocking.Replacements): the scheduler will place them before any new replacement, so the capacity
+// check counts them first. A Surge that failed verification books nothing.
 func (c *Controller) pendingReplacements() []*podinfo.Pod {
 	var out []*podinfo.Pod
 	for _, s := range c.surges.List() {
-		if !guardian.InFlight(s.PhaseOf()) {
+		if !guardian.InFlight(s.PhaseOf()) || c.rejected.has(s) {
 			continue
 		}
 		owner, err := c.store.PodOwner(targetOf(s).PodOwner)
@@ -387,21 +388,8 @@ func (c *Controller) pendingReplacements() []*podinfo.Pod {
 			continue
 		}
 		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
-		live := 0
-		for _, p := range pods {
-			if blocking.Skip(p) {
-				continue
-			}
-			live++
-			if p.Spec.NodeName == "" {
-				out = append(out, p)
-			}
-		}
-		// Replicas the surge asks for that the pod owner has not created yet (a Pending Surge, or
-		// a ReplicaSet not caught up) are coming too.
-		for i := live; i < int(s.Spec.Replicas+s.Spec.Delta) && len(pods) > 0; i++ {
-			out = append(out, unscheduledCopy(pods[0]))
-		}
+		want := int64(s.Spec.Replicas) + int64(s.Spec.Delta)
+		out = append(out, blocking.Replacements(pods, want, s.Spec.Delta, unscheduledCopy)...)
 	}
 	return out
 }

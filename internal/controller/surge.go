@@ -50,6 +50,7 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 	s, err := c.surges.Get(key.Namespace, key.Name)
 	if apierrors.IsNotFound(err) {
 		c.state.forgetSurge(key)
+		c.rejected.forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -137,6 +138,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 		return nil, 0, err
 	}
 	c.state.verified(s)
+	c.rejected.forget(keyOf(s))
 	return sc, 0, nil
 }
 
@@ -150,6 +152,7 @@ func describeResolved(t *workload.Target, err error) string {
 // rejectSurge reports, once per Surge version, a Surge the guardian will not act on.
 func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
 	c.state.rejected(s)
+	c.rejected.add(s)
 	if c.state.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
 		c.metrics.SurgesRejected.WithLabelValues(reason).Inc()
 		c.event(surgeRef(s), corev1.EventTypeWarning, ReasonUntrustedSurge, actionReport,
@@ -261,12 +264,14 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 }
 
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
+// A finished pod requests nothing the scheduler counts: the first live pod is the model.
 func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
-	if s.PhaseOf() == v1alpha1.PhaseFailed || len(pods) == 0 {
+	i := slices.IndexFunc(pods, func(p *podinfo.Pod) bool { return !blocking.Skip(p) })
+	if s.PhaseOf() == v1alpha1.PhaseFailed || i < 0 {
 		return nil
 	}
 	out := corev1.ResourceList{}
-	for name, q := range pods[0].Spec.Requests {
+	for name, q := range pods[i].Spec.Requests {
 		if !strings.Contains(string(name), "/") {
 			continue
 		}
