@@ -146,7 +146,8 @@ type SurgeStatus struct {
 	// RestoreTime is when the restore started.
 	// +optional
 	RestoreTime *metav1.Time `json:"restoreTime,omitempty"`
-	// Conditions: Surged, ReplacementReady, DrainUnblocked and Restored, each set once it happens.
+	// Conditions: Surged, ReplacementReady, DrainUnblocked and Restored, each set once it happens;
+	// EvictionDue when the node of a Ready surge is being drained (--evict-timeout runs from then).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

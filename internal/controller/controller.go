@@ -124,7 +124,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		cfg: guardian.Config{
 			Preemptive: opts.Preemptive, CordonedNodes: opts.CordonedNodes, CordonGracePeriod: opts.CordonGracePeriod,
 			Restore: guardian.RestoreMode(opts.Restore), Evict: opts.Evict,
-			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration,
+			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration, EvictTimeout: opts.EvictTimeout,
 			Lookahead: opts.Lookahead,
 		},
 		opts: opts, log: log, clients: clients, recorder: recorder, metrics: m, clock: clock.RealClock{},

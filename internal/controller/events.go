@@ -33,6 +33,14 @@ const (
 	actionRestore             = "Restore"
 )
 
+// Event reasons of the deadlines that keep a tenant from holding a --max-concurrent-surges slot.
+const (
+	// ReasonSurgeNotWritten: a Pending Surge's fields could not be written within a minute.
+	ReasonSurgeNotWritten = "SurgeNotWritten"
+	// ReasonEvictionRefused: a Ready surge's blocked pod did not leave within --evict-timeout.
+	ReasonEvictionRefused = "EvictionRefused"
+)
+
 // event records a Kubernetes Event on regarding and logs it, so that logs and Events tell one story.
 func (c *Controller) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
 	note := fmt.Sprintf(format, args...)

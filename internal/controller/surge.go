@@ -304,7 +304,11 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			"%s changed by someone else before the surge was written: not surging", describeFields(s.Spec.Fields))
 		return 0, nil
 	case guardian.ActMarkReady:
-		if err := c.setPhase(ctx, s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now); err != nil {
+		next := withPhase(s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now)
+		if a.EvictionDue {
+			setEvictionDue(next, obs.Now)
+		}
+		if err := c.exec.updateStatus(ctx, next); err != nil {
 			return 0, err
 		}
 		took := obs.Now.Sub(s.Spec.StartTime.Time)
@@ -315,6 +319,16 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			return c.evict(ctx, eref, s, sc.pods)
 		}
 		return 0, nil
+	case guardian.ActMarkEvictionDue:
+		next := s.DeepCopy()
+		setEvictionDue(next, obs.Now)
+		if err := c.exec.updateStatus(ctx, next); err != nil {
+			return 0, err
+		}
+		if a.EvictNow {
+			return c.evict(ctx, eref, s, sc.pods)
+		}
+		return a.After, nil
 	case guardian.ActEvict:
 		return c.evict(ctx, eref, s, sc.pods)
 	case guardian.ActMarkResolved:
@@ -366,6 +380,11 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 
 // setPhase moves the Surge to a phase, stamping its time and condition.
 func (c *Controller) setPhase(ctx context.Context, s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, now time.Time) error {
+	return c.exec.updateStatus(ctx, withPhase(s, phase, reason, message, now))
+}
+
+// withPhase is a copy of the Surge moved to a phase, with its time and condition.
+func withPhase(s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, now time.Time) *v1alpha1.Surge {
 	next := s.DeepCopy()
 	t := metav1.NewTime(now)
 	next.Status.Phase, next.Status.Message = phase, message
@@ -380,14 +399,23 @@ func (c *Controller) setPhase(ctx context.Context, s *v1alpha1.Surge, phase v1al
 		next.Status.ResolvedTime = &t
 	}
 	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: condition, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: t, ObservedGeneration: s.Generation})
-	return c.exec.updateStatus(ctx, next)
+	return next
+}
+
+// setEvictionDue records that the Surge's node is being drained while its replacement is Ready:
+// --evict-timeout runs from now.
+func setEvictionDue(s *v1alpha1.Surge, now time.Time) {
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: guardian.ConditionEvictionDue, Status: metav1.ConditionTrue,
+		Reason: "NodeDraining", Message: fmt.Sprintf("Node %s is being drained: the blocked pod is to leave it", s.Spec.Node),
+		LastTransitionTime: metav1.NewTime(now), ObservedGeneration: s.Generation})
 }
 
 // startRestore commits to restoring: the surplus pods on nodes still to update are marked to go
 // first, then the Surge moves to Restoring with its reason.
 func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian.Action, now time.Time) error {
 	s := sc.s
-	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) {
+	// A Pending Surge wrote no fields: there is no scale-down to steer.
+	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) && s.PhaseOf() != v1alpha1.PhasePending {
 		if err := c.steerScaleDown(ctx, s, sc.pods); err != nil {
 			return err
 		}
@@ -455,6 +483,16 @@ func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kep
 		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
 			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(s.Spec.Fields, kept))
+	case s.Status.Failed && reason == guardian.ReasonWriteTimeout:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonSurgeNotWritten, actionRestore,
+			"%s could not be written for %s (refused, or changed by someone else at every attempt): not surging for node %s; pod %s still blocks the drain",
+			describeFields(s.Spec.Fields), guardian.PendingTimeout, s.Spec.Node, s.Spec.BlockedPod)
+	case s.Status.Failed && reason == guardian.ReasonEvictTimeout:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonEvictionRefused, actionRestore,
+			"Pod %s did not leave node %s within --evict-timeout=%s of its replacement being Ready: the workload's own disruption budgets refuse it. Restored %s",
+			s.Spec.BlockedPod, s.Spec.Node, c.cfg.EvictTimeout, describeRestore(s.Spec.Fields, kept))
 	case s.Status.Failed:
 		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,

@@ -2,14 +2,22 @@ package controller
 
 import (
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -62,5 +70,126 @@ func TestRejectedSurgeBooksNoCapacity(t *testing.T) {
 	requireEvent(t, h.events(), "Warning", ReasonUntrustedSurge, "OptedOut")
 	if got := h.c.pendingReplacements(); len(got) != 0 {
 		t.Fatalf("a rejected Surge books %d replacements (%s)", len(got), got[0].Name)
+	}
+}
+
+// A tenant who changes its Deployment in a loop makes every guarded write of the surge a conflict.
+// The Pending Surge holds a --max-concurrent-surges slot: after guardian.PendingTimeout it fails
+// with its own reason, the slot goes back, and the Failed Surge keeps this drain from being surged
+// again.
+func TestPendingSurgeWhoseWritesKeepConflictingFails(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.kube.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "model", nil)
+	})
+	h.syncNode("w1")
+	h.refresh()
+	for range 200 {
+		if h.phase(depSurge) != v1alpha1.PhasePending {
+			break
+		}
+		after := h.syncSurge(depSurge)
+		if h.phase(depSurge) != v1alpha1.PhasePending {
+			break
+		}
+		if after <= 0 {
+			t.Fatalf("a Pending Surge was not requeued (after %v)", after)
+		}
+		if in := h.c.inFlight(); in != 1 {
+			t.Fatalf("a Pending Surge counts %d against --max-concurrent-surges, want 1", in)
+		}
+		h.clock.Step(after)
+		h.refresh()
+	}
+	h.settle(depSurge)
+	s := h.mustSurge(depSurge)
+	if s.PhaseOf() != v1alpha1.PhaseFailed || s.Status.Reason != guardian.ReasonWriteTimeout {
+		t.Fatalf("Surge %s (%s), want Failed (%s)", s.PhaseOf(), s.Status.Reason, guardian.ReasonWriteTimeout)
+	}
+	if waited := h.clock.Now().Sub(t0); waited < guardian.PendingTimeout || waited > 2*guardian.PendingTimeout {
+		t.Fatalf("failed after %s, want about %s", waited, guardian.PendingTimeout)
+	}
+	if h.replicas() != 1 {
+		t.Fatalf("replicas %d, want the original 1", h.replicas())
+	}
+	if in := h.c.inFlight(); in != 0 {
+		t.Fatalf("a Failed Surge still holds %d slot(s)", in)
+	}
+	requireEvent(t, h.events(), "Warning", ReasonSurgeNotWritten, "spec.replicas", "w1", "model-abc-a")
+	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", guardian.ReasonWriteTimeout)); v != 1 {
+		t.Fatalf("stalls_failed_total{%s} = %v, want 1", guardian.ReasonWriteTimeout, v)
+	}
+	writes := len(h.writes())
+	h.syncNode("w1")
+	if w := h.writes(); len(w) != writes {
+		t.Fatalf("the same drain was surged again: %v", w[writes:])
+	}
+}
+
+// A tenant whose own budgets refuse the eviction for good (a second PDB over the pod) holds a Ready
+// surge: after --evict-timeout it is restored, reported with its own reason, and gives its slot back.
+func TestReadySurgeWhoseEvictionIsRefusedIsRestoredAfterEvictTimeout(t *testing.T) {
+	h := newHarness(t, func(o *options.Options) { o.EvictTimeout = 10 * time.Minute }, stalled()...)
+	evictions := 0
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		evictions++
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	})
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	s := h.mustSurge(depSurge)
+	if s.PhaseOf() != v1alpha1.PhaseReady || meta.FindStatusCondition(s.Status.Conditions, guardian.ConditionEvictionDue) == nil {
+		t.Fatalf("Surge %s with conditions %v, want Ready with %s", s.PhaseOf(), s.Status.Conditions, guardian.ConditionEvictionDue)
+	}
+	for h.phase(depSurge) == v1alpha1.PhaseReady {
+		if h.clock.Now().Sub(t0) > time.Hour {
+			t.Fatal("the Ready surge is still held an hour later")
+		}
+		after := h.syncSurge(depSurge)
+		h.clock.Step(after)
+		h.refresh()
+	}
+	if waited := h.clock.Now().Sub(t0); waited < 10*time.Minute || waited > 11*time.Minute {
+		t.Fatalf("restored after %s, want about --evict-timeout", waited)
+	}
+	if evictions < 2 {
+		t.Fatalf("evicted %d times: the eviction must be retried until the timeout", evictions)
+	}
+	h.settle(depSurge)
+	s = h.mustSurge(depSurge)
+	if s.PhaseOf() != v1alpha1.PhaseFailed || s.Status.Reason != guardian.ReasonEvictTimeout || h.replicas() != 1 {
+		t.Fatalf("Surge %s (%s), replicas %d; want Failed (%s), restored to 1", s.PhaseOf(), s.Status.Reason, h.replicas(), guardian.ReasonEvictTimeout)
+	}
+	requireEvent(t, h.events(), "Warning", ReasonEvictionRefused, "model-abc-a", "w1", "--evict-timeout=10m0s")
+	if v := testutil.ToFloat64(h.metrics.StallsFailed.WithLabelValues("worker", "Deployment", guardian.ReasonEvictTimeout)); v != 1 {
+		t.Fatalf("stalls_failed_total{%s} = %v, want 1", guardian.ReasonEvictTimeout, v)
+	}
+	if in := h.c.inFlight(); in != 0 {
+		t.Fatalf("the restored surge still holds %d slot(s)", in)
+	}
+}
+
+// --evict-timeout survives a restart: it runs from the EvictionDue condition on the Surge, not from
+// anything in memory.
+func TestEvictTimeoutRunsAcrossARestart(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 10)
+	})
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h = restart(t, nil, h.kube, h.mco, h.dyn)
+	h.clock.SetTime(t0.Add(h.c.cfg.EvictTimeout))
+	h.refresh()
+	h.syncSurge(depSurge)
+	if s := h.mustSurge(depSurge); s.PhaseOf() != v1alpha1.PhaseRestoring || s.Status.Reason != guardian.ReasonEvictTimeout {
+		t.Fatalf("after a restart past --evict-timeout: %s (%s), want Restoring (%s)", s.PhaseOf(), s.Status.Reason, guardian.ReasonEvictTimeout)
 	}
 }

@@ -67,6 +67,7 @@ type Options struct {
 	ScheduleTimeout    time.Duration
 	ReadyTimeout       time.Duration
 	MaxSurgeDuration   time.Duration
+	EvictTimeout       time.Duration
 	CordonedNodes      bool
 	CordonGracePeriod  time.Duration
 	NamespaceSelector  string
@@ -127,6 +128,7 @@ func NewOptions() *Options {
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
 		MaxSurgeDuration:        24 * time.Hour,
+		EvictTimeout:            10 * time.Minute,
 		CordonGracePeriod:       10 * time.Minute,
 		MaxConcurrentSurge:      3,
 		Lookahead:               1,
@@ -162,6 +164,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ScheduleTimeout, "schedule-timeout", o.ScheduleTimeout, "Undo a surge whose replacement pod stays Unschedulable this long.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "Undo a surge whose replacement pod is not Ready this long after the surge.")
 	fs.DurationVar(&o.MaxSurgeDuration, "max-surge-duration", o.MaxSurgeDuration, "Safety valve: undo any surge older than this, whatever the pool's state.")
+	fs.DurationVar(&o.EvictTimeout, "evict-timeout", o.EvictTimeout, "Undo, and report, a surge whose blocked pod has not left its drained node this long after its replacement is Ready and the drain started (the workload's own budgets refuse the eviction).")
 	fs.BoolVar(&o.CordonedNodes, "cordoned-nodes", o.CordonedNodes, "Also treat any node cordoned for longer than --cordon-grace-period as being drained (drains not made by the MCO).")
 	fs.DurationVar(&o.CordonGracePeriod, "cordon-grace-period", o.CordonGracePeriod, "With --cordoned-nodes: how long a node must be cordoned before the guardian acts.")
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
@@ -220,7 +223,7 @@ func (o *Options) Validate() error {
 	}
 	for flag, d := range map[string]time.Duration{
 		"schedule-timeout": o.ScheduleTimeout, "ready-timeout": o.ReadyTimeout,
-		"max-surge-duration": o.MaxSurgeDuration, "lease-duration": o.LeaseDuration,
+		"max-surge-duration": o.MaxSurgeDuration, "lease-duration": o.LeaseDuration, "evict-timeout": o.EvictTimeout,
 		"renew-deadline": o.RenewDeadline, "retry-period": o.RetryPeriod,
 	} {
 		if d <= 0 {

@@ -52,6 +52,7 @@ func TestValidateNamesEveryInvalidFlag(t *testing.T) {
 		{name: "zero schedule timeout", set: func(o *Options) { o.ScheduleTimeout = 0 }, flags: []string{"schedule-timeout"}},
 		{name: "negative ready timeout", set: func(o *Options) { o.ReadyTimeout = -time.Second }, flags: []string{"ready-timeout"}},
 		{name: "zero max surge duration", set: func(o *Options) { o.MaxSurgeDuration = 0 }, flags: []string{"max-surge-duration"}},
+		{name: "zero evict timeout", set: func(o *Options) { o.EvictTimeout = 0 }, flags: []string{"evict-timeout"}},
 		{name: "zero retry period", set: func(o *Options) { o.RetryPeriod = 0 }, flags: []string{"retry-period"}},
 		{name: "negative cordon grace", set: func(o *Options) { o.CordonGracePeriod = -time.Minute }, flags: []string{"cordon-grace-period"}},
 		{name: "negative resync", set: func(o *Options) { o.ResyncPeriod = -time.Minute }, flags: []string{"resync-period"}},
