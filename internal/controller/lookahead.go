@@ -151,8 +151,7 @@ func (c *Controller) hasSurge(pod *podinfo.Pod) bool {
 	if err != nil {
 		return false
 	}
-	_, err = c.surges.Get(target.Ref.Namespace, surgeName(target))
-	return err == nil
+	return c.surgeOf(target) != nil
 }
 
 // unscheduledCopy is a stand-in for a replacement of pod the scheduler has still to place.

@@ -234,7 +234,7 @@ func (c *Controller) handleBlocked(ctx context.Context, st stall) (time.Duration
 		c.log.Debug("workload opted out", zap.Stringer("workload", target.Ref), zap.String("node", node.Name))
 		return 0, "", nil
 	}
-	if existing, err := c.surges.Get(target.Ref.Namespace, surgeName(target)); err == nil {
+	if existing := c.surgeOf(target); existing != nil {
 		return c.existingSurge(ctx, st, existing)
 	}
 	kind, ref := string(target.Ref.Kind), obj.ObjectReference()
@@ -327,7 +327,7 @@ func (c *Controller) startSurge(ctx context.Context, st stall, s *v1alpha1.Surge
 		}
 		return deferRetry, "", nil
 	}
-	pods, err := c.pods.Pods(pod.Namespace).List(owner.Selector)
+	pods, err := c.podsOf(pod.Namespace, workload.Kind(s.Spec.PodOwner.Kind), owner)
 	if err != nil {
 		return 0, "", err
 	}
@@ -383,11 +383,12 @@ func (c *Controller) pendingReplacements() []*podinfo.Pod {
 		if !guardian.InFlight(s.PhaseOf()) || c.rejected.has(s) {
 			continue
 		}
-		owner, err := c.store.PodOwner(targetOf(s).PodOwner)
+		po := targetOf(s).PodOwner
+		owner, err := c.store.PodOwner(po)
 		if err != nil {
 			continue
 		}
-		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
+		pods, _ := c.podsOf(s.Namespace, po.Kind, owner)
 		want := int64(s.Spec.Replicas) + int64(s.Spec.Delta)
 		out = append(out, blocking.Replacements(pods, want, s.Spec.Delta, unscheduledCopy)...)
 	}

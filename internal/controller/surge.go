@@ -134,7 +134,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 		return reject("OwnerMismatch", "%s does not control %s (resolved: %v)", t.Ref, t.PodOwner, describeResolved(resolved, err))
 	}
 	sc.owner = owner
-	if sc.pods, err = c.pods.Pods(s.Namespace).List(owner.Selector); err != nil {
+	if sc.pods, err = c.podsOf(s.Namespace, t.PodOwner.Kind, owner); err != nil {
 		return nil, 0, err
 	}
 	c.state.verified(s)

@@ -1,17 +1,20 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -191,5 +194,107 @@ func TestEvictTimeoutRunsAcrossARestart(t *testing.T) {
 	h.syncSurge(depSurge)
 	if s := h.mustSurge(depSurge); s.PhaseOf() != v1alpha1.PhaseRestoring || s.Status.Reason != guardian.ReasonEvictTimeout {
 		t.Fatalf("after a restart past --evict-timeout: %s (%s), want Restoring (%s)", s.PhaseOf(), s.Status.Reason, guardian.ReasonEvictTimeout)
+	}
+}
+
+// A pod belongs to a surge when its controller chain leads to the Surge's pod owner. A decoy with
+// the workload's labels, Ready on another node, does not make the surge Ready; one on the drained
+// node is not evicted.
+func TestDecoyPodWithTheWorkloadsLabelsCountsForNothing(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	evicted := map[string]bool{}
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		evicted[a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name] = true
+		return true, nil, nil
+	})
+	h.surgeNode("w1", depSurge)
+	bare := modelPod("decoy-ready", "w2", true)
+	bare.OwnerReferences = nil
+	other := modelPod("decoy-on-w1", "w1", true)
+	other.OwnerReferences[0].UID, other.OwnerReferences[0].Name = "other-rs-uid", "other-rs"
+	h.addPod(bare)
+	h.addPod(other)
+	h.refresh()
+	h.settle(depSurge)
+	if p := h.phase(depSurge); p != v1alpha1.PhaseSurged {
+		t.Fatalf("a decoy pod made the surge %s", p)
+	}
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	if p := h.phase(depSurge); p != v1alpha1.PhaseReady {
+		t.Fatalf("the real replacement is Ready, the surge %s", p)
+	}
+	if !evicted["model-abc-a"] || evicted["decoy-on-w1"] {
+		t.Fatalf("evicted %v, want only model-abc-a", evicted)
+	}
+}
+
+// Surge names are one per target and never shared: the prefill of LLMInferenceService m and the main
+// component of m-prefill, or a long name and a workload named after its hash, get Surges of their own.
+func TestSurgeNamesDoNotCollide(t *testing.T) {
+	llm := func(name, component string) *workload.Target {
+		return &workload.Target{Ref: workload.Ref{Kind: workload.KindLLMInferenceService, Namespace: ns, Name: name}, Component: component}
+	}
+	dep := func(name string) *workload.Target {
+		return &workload.Target{Ref: workload.Ref{Kind: workload.KindDeployment, Namespace: ns, Name: name}}
+	}
+	long := dep(strings.Repeat("a", 250))
+	hashed := surgeName(long)
+	namedAfterHash := dep(strings.TrimPrefix(hashed, "deployment-"))
+	for _, pair := range [][2]*workload.Target{
+		{llm("m", workload.ComponentPrefill), llm("m-prefill", workload.ComponentMain)},
+		{llm("m", workload.ComponentPrefill), llm("m-prefill", "")},
+		{long, namedAfterHash},
+		{dep("m"), dep("m-0123456789abcdef")},
+	} {
+		a, b := surgeName(pair[0]), surgeName(pair[1])
+		if a == b {
+			t.Errorf("%s and %s share the Surge name %s", pair[0].Ref, pair[1].Ref, a)
+		}
+		for _, n := range []string{a, b} {
+			if len(n) > maxNameLength || validation.IsDNS1123Subdomain(n) != nil {
+				t.Errorf("invalid Surge name %q: %v", n, validation.IsDNS1123Subdomain(n))
+			}
+		}
+	}
+	if n := surgeName(dep("model")); n != depSurge {
+		t.Errorf("a plain Deployment's Surge is %s, want the readable %s", n, depSurge)
+	}
+}
+
+// An existing Surge covers a stall only when it names the same object: a Surge left by a deleted
+// namesake (its garbage collection pending) does not.
+func TestSurgeOfAnotherObjectDoesNotCoverTheStall(t *testing.T) {
+	stale := &v1alpha1.Surge{
+		ObjectMeta: metav1.ObjectMeta{Name: depSurge, Namespace: ns, UID: "stale-surge"},
+		Spec: v1alpha1.SurgeSpec{
+			Target:   v1alpha1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "model", UID: "deleted-uid"},
+			PodOwner: v1alpha1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "model", UID: "deleted-uid"},
+			Fields:   []v1alpha1.Field{{Path: "/spec/replicas", Original: ptr.To(int64(1)), Set: 2}},
+			Node:     "w1", Pool: "worker", Trigger: "MCODrain", Drain: "rendered-2", Delta: 1, Replicas: 1,
+		},
+		Status: v1alpha1.SurgeStatus{Phase: v1alpha1.PhaseSurged},
+	}
+	u, err := surgeObject(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, nil, stalled()...)
+	h = restart(t, nil, h.kube, h.mco, newSurgeClient(u))
+	h.refresh()
+	target := &workload.Target{Ref: workload.Ref{Kind: workload.KindDeployment, Namespace: ns, Name: "model", UID: "dep-uid"},
+		PodOwner: workload.Ref{Kind: workload.KindDeployment, Namespace: ns, Name: "model", UID: "dep-uid"}}
+	if s := h.c.surgeOf(target); s != nil {
+		t.Fatalf("the Surge of a deleted namesake covers the stall: %s", s.Name)
+	}
+	if after := h.syncNode("w1"); after <= 0 {
+		t.Fatal("the stall is taken as covered: it must be looked at again")
+	}
+	if writes := h.writes(); len(writes) != 1 || writes[0] != "create surges" {
+		t.Fatalf("writes %v, want one attempt to create the workload's own Surge", writes)
 	}
 }
