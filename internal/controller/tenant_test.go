@@ -298,3 +298,20 @@ func TestSurgeOfAnotherObjectDoesNotCoverTheStall(t *testing.T) {
 		t.Fatalf("writes %v, want one attempt to create the workload's own Surge", writes)
 	}
 }
+
+// The platform's namespaces are out of scope by default: a stall there is neither surged nor is a
+// Surge there acted on.
+func TestPlatformNamespacesAreOutOfScope(t *testing.T) {
+	for _, platform := range []bool{false, true} {
+		objs := []runtime.Object{namespace("openshift-ingress"), draining(gpuNode("w1")), gpuNode("w2"), workerPool(true)}
+		for _, o := range append(model(1, "w1"), pdb(0, 1, 1)) {
+			o.(metav1.Object).SetNamespace("openshift-ingress")
+			objs = append(objs, o)
+		}
+		h := newHarness(t, func(o *options.Options) { o.PlatformNamespaces = platform }, objs...)
+		h.syncNode("w1")
+		if created := len(h.writes()) > 0; created != platform {
+			t.Errorf("--platform-namespaces=%v: writes %v", platform, h.writes())
+		}
+	}
+}

@@ -61,16 +61,18 @@ type Options struct {
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 
-	Restore            string
-	Preemptive         bool
-	Evict              bool
-	ScheduleTimeout    time.Duration
-	ReadyTimeout       time.Duration
-	MaxSurgeDuration   time.Duration
-	EvictTimeout       time.Duration
-	CordonedNodes      bool
-	CordonGracePeriod  time.Duration
-	NamespaceSelector  string
+	Restore           string
+	Preemptive        bool
+	Evict             bool
+	ScheduleTimeout   time.Duration
+	ReadyTimeout      time.Duration
+	MaxSurgeDuration  time.Duration
+	EvictTimeout      time.Duration
+	CordonedNodes     bool
+	CordonGracePeriod time.Duration
+	NamespaceSelector string
+	// PlatformNamespaces lets the guardian act in kube-*, openshift-* and its own namespace.
+	PlatformNamespaces bool
 	PoolSelector       string
 	MaxConcurrentSurge int
 	Lookahead          int
@@ -168,6 +170,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.CordonedNodes, "cordoned-nodes", o.CordonedNodes, "Also treat any node cordoned for longer than --cordon-grace-period as being drained (drains not made by the MCO).")
 	fs.DurationVar(&o.CordonGracePeriod, "cordon-grace-period", o.CordonGracePeriod, "With --cordoned-nodes: how long a node must be cordoned before the guardian acts.")
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
+	fs.BoolVar(&o.PlatformNamespaces, "platform-namespaces", o.PlatformNamespaces, "Also act in kube-*, openshift-* and the guardian's own namespace (their operators manage their own disruption; the shipped ValidatingAdmissionPolicy refuses these writes unless changed too).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
@@ -277,4 +280,18 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Excludes reports whether the namespace is the platform's, out of the guardian's scope unless
+// --platform-namespaces opts it in: kube-* and openshift-* (and "openshift"), whose workloads the
+// MCO and the cluster operators drain and disrupt on their own terms, and the guardian's own, where
+// surging itself would only take the capacity it serves. A compromised or confused guardian must not
+// be able to scale the control plane's operators; the shipped ValidatingAdmissionPolicy refuses the
+// same namespaces at the API server.
+func (o *Options) Excludes(namespace string) bool {
+	if o.PlatformNamespaces {
+		return false
+	}
+	return strings.HasPrefix(namespace, "kube-") || strings.HasPrefix(namespace, "openshift-") || namespace == "openshift" ||
+		namespace == o.LeaderElectionNamespace
 }

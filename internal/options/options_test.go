@@ -238,3 +238,22 @@ func TestSoftMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestExcludesThePlatformUnlessOptedIn(t *testing.T) {
+	o := NewOptions()
+	o.LeaderElectionNamespace = "guardian"
+	for ns, want := range map[string]bool{
+		"kube-system": true, "kube-public": true, "openshift-monitoring": true, "openshift": true, "guardian": true,
+		"models": false, "default": false, "kubeflow": false, "openshiftai-models": false, "team-openshift-x": false,
+	} {
+		if got := o.Excludes(ns); got != want {
+			t.Errorf("Excludes(%q) = %v, want %v", ns, got, want)
+		}
+	}
+	o.PlatformNamespaces = true
+	for _, ns := range []string{"kube-system", "openshift-monitoring", "guardian"} {
+		if o.Excludes(ns) {
+			t.Errorf("--platform-namespaces: %s still excluded", ns)
+		}
+	}
+}
