@@ -108,6 +108,8 @@ type Controller struct {
 	state *state
 	// rejected holds the Surges that failed verification: they book no capacity.
 	rejected rejectedSurges
+	// writing holds when this process first tried to write each Pending Surge's fields.
+	writing writeAttempts
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.

@@ -51,6 +51,7 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 	if apierrors.IsNotFound(err) {
 		c.state.forgetSurge(key)
 		c.rejected.forget(key)
+		c.writing.forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -198,6 +199,11 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 				obs.CaughtUp = sc.owner.CaughtUp(int32(*f.ExplicitBeforeRemove))
 			}
 		}
+	}
+	if s.PhaseOf() == v1alpha1.PhasePending {
+		obs.WritingSince = c.writing.since(s, now)
+	} else {
+		c.writing.forget(keyOf(s))
 	}
 	c.state.holding(s, heldResources(s, sc.pods))
 	return obs

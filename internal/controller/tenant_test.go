@@ -315,3 +315,17 @@ func TestPlatformNamespacesAreOutOfScope(t *testing.T) {
 		}
 	}
 }
+
+// The Pending deadline runs from this process's first attempt: a guardian back from an outage writes
+// a Surge created before it rather than failing it unseen.
+func TestPendingSurgeFromBeforeAnOutageIsWritten(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.syncNode("w1")
+	h = restart(t, nil, h.kube, h.mco, h.dyn)
+	h.clock.SetTime(t0.Add(10 * guardian.PendingTimeout))
+	h.refresh()
+	h.settle(depSurge)
+	if p := h.phase(depSurge); p != v1alpha1.PhaseSurged || h.replicas() != 2 {
+		t.Fatalf("after the outage: %s, replicas %d; want Surged at 2", p, h.replicas())
+	}
+}

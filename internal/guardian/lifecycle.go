@@ -43,6 +43,9 @@ type Observation struct {
 	CaughtUp bool
 	// CapacityWanted: a stall of the same pool waits for capacity that this surge holds.
 	CapacityWanted bool
+	// WritingSince, on a Pending Surge, is when this process first tried to write its fields: the
+	// Pending deadline runs from there, not from a start that may lie before an outage of the guardian.
+	WritingSince time.Time
 }
 
 // ActionKind is what to do next for a Surge. Each action is at most one write.
@@ -110,10 +113,10 @@ const (
 // LastTransitionTime is when --evict-timeout started.
 const ConditionEvictionDue = "EvictionDue"
 
-// PendingTimeout bounds how long a Surge stays Pending. The fields are written within a second
-// unless the write is refused or conflicts each time (a tenant changing the workload in a loop, an
-// admission webhook refusing it): a Pending Surge holds a --max-concurrent-surges slot, which nobody
-// may hold forever.
+// PendingTimeout bounds how long a Surge stays Pending while the guardian tries to write its fields
+// (see Observation.WritingSince). The fields are written within a second unless the write is refused
+// or conflicts each time (a tenant changing the workload in a loop, an admission webhook refusing
+// it): a Pending Surge holds a --max-concurrent-surges slot, which nobody may hold forever.
 const PendingTimeout = time.Minute
 
 const (
@@ -241,7 +244,11 @@ func decidePending(cfg Config, o Observation) Action {
 		// The stall ended before the fields were written: nothing to surge, nothing to restore.
 		return Action{Kind: ActFinish}
 	}
-	if o.Now.Sub(o.Surge.Spec.StartTime.Time) >= PendingTimeout {
+	since := o.Surge.Spec.StartTime.Time
+	if o.WritingSince.After(since) {
+		since = o.WritingSince
+	}
+	if o.Now.Sub(since) >= PendingTimeout {
 		// Every write was refused or lost a conflict for a minute: give the slot back, and keep the
 		// Failed Surge so that this drain is not surged again. A write that did land after all is
 		// seen at its surged value and restored.

@@ -172,6 +172,19 @@ func pendingCases() []decideCase {
 			want:  Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true},
 		},
 		{
+			// The guardian was down: the deadline runs from its first attempt, not from the start.
+			name: "Pending for long, first attempt 10s ago: write", phase: v1alpha1.PhasePending,
+			surge: startedAgo(time.Hour),
+			obs:   func(o *Observation) { o.WritingSince = now.Add(-10 * time.Second) },
+			want:  Action{Kind: ActWriteFields},
+		},
+		{
+			name: "Pending for long, attempts for PendingTimeout: fail", phase: v1alpha1.PhasePending,
+			surge: startedAgo(time.Hour),
+			obs:   func(o *Observation) { o.WritingSince = now.Add(-PendingTimeout) },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true},
+		},
+		{
 			name: "fields not written yet, PendingTimeout in a second: write", phase: v1alpha1.PhasePending,
 			surge: startedAgo(PendingTimeout - time.Second),
 			want:  Action{Kind: ActWriteFields},
