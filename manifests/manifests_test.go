@@ -19,6 +19,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/rbac"
 	"github.com/drain-guardian/drain-guardian/manifests/promcheck"
@@ -200,7 +202,8 @@ func TestKustomizationsRenderStrictly(t *testing.T) {
 // isNamespaced reports whether objects of o's kind live in a namespace.
 func isNamespaced(o runtime.Object) bool {
 	switch o.(type) {
-	case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+	case *corev1.Namespace, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding,
+		*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 		return false
 	}
 	return true
@@ -627,6 +630,116 @@ func TestSurgeCRD(t *testing.T) {
 			// it could not write a status at all.
 			if _, ok := nested(v, "subresources", "status"); !ok {
 				t.Error("the CRD has no status subresource")
+			}
+		})
+	}
+}
+
+// TestSurgeSpecIntegersAreBounded checks that the CRD bounds every integer of the Surge spec, and
+// delta by the guardian's own cap: a Surge is state the guardian acts on, and nothing it computes may
+// grow with a number nobody bounded.
+func TestSurgeSpecIntegersAreBounded(t *testing.T) {
+	data, err := os.ReadFile(surgeCRDFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	versions, _ := nested(crd, "spec", "versions")
+	spec, ok := nested(versions.([]any)[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec")
+	if !ok {
+		t.Fatal("no spec schema")
+	}
+	var integers []string
+	var walk func(path string, schema map[string]any)
+	walk = func(path string, schema map[string]any) {
+		if schema["type"] == "integer" {
+			integers = append(integers, path)
+			if _, ok := schema["maximum"]; !ok {
+				t.Errorf("%s has no maximum", path)
+			}
+			if _, ok := schema["minimum"]; !ok {
+				t.Errorf("%s has no minimum", path)
+			}
+		}
+		props, _ := schema["properties"].(map[string]any)
+		for name, sub := range props {
+			walk(path+"."+name, sub.(map[string]any))
+		}
+		if items, ok := schema["items"].(map[string]any); ok {
+			walk(path+"[]", items)
+		}
+	}
+	walk("spec", spec.(map[string]any))
+	if len(integers) < 6 {
+		t.Fatalf("found only the integers %v: the walk misses some", integers)
+	}
+	if max, _ := nested(spec.(map[string]any), "properties", "delta", "maximum"); max != blocking.MaxSurge {
+		t.Errorf("spec.delta maximum %v, want blocking.MaxSurge (%d)", max, blocking.MaxSurge)
+	}
+}
+
+// TestAdmissionPolicy checks the policy that confines the guardian's writes: shipped by every
+// installable kustomization, bound with Deny, matching exactly the guardian's ServiceAccount, failing
+// closed, and covering every resource the guardian's ClusterRole may patch or evict.
+func TestAdmissionPolicy(t *testing.T) {
+	for _, dir := range installable {
+		t.Run(dir, func(t *testing.T) {
+			r, _ := render(t, dir)
+			p := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, "drain-guardian-writes")
+			b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r, "drain-guardian-writes")
+			if b.Spec.PolicyName != p.Name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+				t.Errorf("binding %+v does not deny with policy %s", b.Spec, p.Name)
+			}
+			if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
+				t.Error("the policy does not fail closed")
+			}
+			sa := find[*corev1.ServiceAccount](t, r, "drain-guardian")
+			user := "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+			if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Expression != "request.userInfo.username == '"+user+"'" {
+				t.Errorf("match conditions %+v, want exactly the user %s", p.Spec.MatchConditions, user)
+			}
+			covered := map[string]bool{}
+			for _, rule := range p.Spec.MatchConstraints.ResourceRules {
+				for _, g := range rule.APIGroups {
+					for _, res := range rule.Resources {
+						for _, op := range rule.Operations {
+							covered[g+"/"+res+"/"+string(op)] = true
+						}
+					}
+				}
+			}
+			for _, rule := range find[*rbacv1.ClusterRole](t, r, "drain-guardian").Rules {
+				for _, g := range rule.APIGroups {
+					for _, res := range rule.Resources {
+						if g == "drain-guardian.io" || g == "events.k8s.io" {
+							continue // its own state, and its Events
+						}
+						op := map[string]string{"patch": "UPDATE", "update": "UPDATE", "create": "CREATE"}
+						for _, verb := range rule.Verbs {
+							if want, ok := op[verb]; ok && !strings.HasSuffix(g, ".k8s.io") && !covered[g+"/"+res+"/"+want] {
+								t.Errorf("the guardian may %s %s in group %q, which the policy does not confine", verb, res, g)
+							}
+						}
+					}
+				}
+			}
+			exprs := ""
+			for _, v := range p.Spec.Variables {
+				exprs += v.Expression + "\n"
+			}
+			for _, v := range p.Spec.Validations {
+				exprs += v.Expression + "\n"
+			}
+			// The replica fields each kind's scaler writes (internal/workload), and the platform's
+			// namespaces (options.Excludes).
+			for _, want := range []string{"'replicas'", "'minReplicas', 'maxReplicas'", "'predictor'", "'prefill'",
+				"controller.kubernetes.io/pod-deletion-cost", "startsWith('kube-')", "startsWith('openshift-')", "== '" + sa.Namespace + "'"} {
+				if !strings.Contains(exprs, want) {
+					t.Errorf("the policy's expressions do not mention %s", want)
+				}
 			}
 		})
 	}

@@ -53,15 +53,22 @@ type Field struct {
 	// own code names for the target's kind and ignores a Surge naming any other.
 	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9]+)+$`
 	Path string `json:"path"`
-	// Original is the value before the surge; absent when the field was absent.
+	// Original is the value before the surge; absent when the field was absent. Every field the
+	// guardian writes is a replica count: an int32 on the API server, never negative.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Original *int64 `json:"original,omitempty"`
 	// Set is the value the guardian wrote.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Set int64 `json:"set"`
 	// ExplicitBeforeRemove, on a field that was absent, is written first on restore; the field is removed
 	// once the workload has scaled down to it. For kinds where an absent field keeps the current count
 	// (LLMInferenceService from OpenShift AI 3.4), removing it at once would keep the surge forever.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	ExplicitBeforeRemove *int64 `json:"explicitBeforeRemove,omitempty"`
 }
 
@@ -94,15 +101,20 @@ type SurgeSpec struct {
 	PDB string `json:"pdb"`
 	// BlockedPod is the pod that blocked the drain.
 	BlockedPod string `json:"blockedPod"`
-	// Delta is the number of replicas added.
+	// Delta is the number of replicas added, at most blocking.MaxSurge: everything the guardian
+	// computes for a surge is proportional to it.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
 	Delta int32 `json:"delta"`
 	// Replicas is the pod owner's desired replica count when the surge started: the restore waits for
-	// that many Ready pods on nodes the update will not drain again (--restore=auto).
+	// that many Ready pods on nodes the update will not drain again (--restore=auto). It is copied
+	// from the tenant's workload: nothing the guardian computes is proportional to it.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Replicas int32 `json:"replicas"`
 	// ReadyBefore counts the workload's Ready replicas off the node when the surge started.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	ReadyBefore int32 `json:"readyBefore"`
 	// StartTime is when the stall was detected.
 	StartTime metav1.Time `json:"startTime"`
@@ -134,7 +146,8 @@ type SurgeStatus struct {
 	// RestoreTime is when the restore started.
 	// +optional
 	RestoreTime *metav1.Time `json:"restoreTime,omitempty"`
-	// Conditions: Surged, ReplacementReady, DrainUnblocked and Restored, each set once it happens.
+	// Conditions: Surged, ReplacementReady, DrainUnblocked and Restored, each set once it happens;
+	// EvictionDue when the node of a Ready surge is being drained (--evict-timeout runs from then).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

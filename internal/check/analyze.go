@@ -44,6 +44,9 @@ type Cluster struct {
 type Config struct {
 	// NamespaceSelector and PoolSelector are --namespace-selector and --pool-selector; nil selects all.
 	NamespaceSelector, PoolSelector labels.Selector
+	// Excludes tells the namespaces left out whatever the selector says (options.Excludes: the
+	// platform's and the guardian's own, unless --platform-namespaces); nil excludes none.
+	Excludes func(namespace string) bool
 	// NilKeepsCount is the LLMInferenceService replica semantics (see workload.PlanSurge).
 	NilKeepsCount bool
 	// HoldAll is --restore=pool: every surge of an update is held until the pool is Updated, so the
@@ -143,7 +146,9 @@ func newAnalysis(cl Cluster, cfg Config) *analysis {
 		a.namespaces[ns.Name] = ns
 	}
 	// A prediction has no concurrency limit: the limit delays surges, it does not stall them.
-	a.stallCfg = guardian.StallConfig{NamespaceSelector: cfg.NamespaceSelector, NilKeepsCount: cfg.NilKeepsCount, Predicting: true}
+	a.stallCfg = guardian.StallConfig{
+		NamespaceSelector: cfg.NamespaceSelector, Excludes: cfg.Excludes, NilKeepsCount: cfg.NilKeepsCount, Predicting: true,
+	}
 	return a
 }
 

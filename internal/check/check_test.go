@@ -97,6 +97,15 @@ func TestScopeVerdicts(t *testing.T) {
 			}
 		}
 	})
+	t.Run("platform namespace", func(t *testing.T) {
+		// The daemon's decision and check read the same exclusion: here every namespace is the platform's.
+		r := Analyze(mixed(t).build(), Config{Excludes: func(string) bool { return true }})
+		for _, b := range r.Blocks() {
+			if b.Verdict != OutOfScope || !strings.Contains(b.Detail, "--platform-namespaces") {
+				t.Errorf("%s: %s (%s), want %s naming --platform-namespaces", b.Pod, b.Verdict, b.Detail, OutOfScope)
+			}
+		}
+	})
 	t.Run("namespace opted out", func(t *testing.T) {
 		c := mixed(t)
 		c.snap.Namespaces[0].Annotations = map[string]string{workload.IgnoreAnnotation: "true"}

@@ -7,10 +7,8 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/options"
-	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
 // PredictOptions are the inputs of Predict that do not come from the cluster.
@@ -30,26 +28,17 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 		return nil, err
 	}
 	return check.Analyze(cl, check.Config{
-		NamespaceSelector: c.nsSelector, PoolSelector: c.poolSelector,
+		NamespaceSelector: c.nsSelector, PoolSelector: c.poolSelector, Excludes: c.opts.Excludes,
 		NilKeepsCount: c.kserve.nilKeepsCount(),
 		HoldAll:       c.opts.Restore == string(options.RestorePool),
 		ReadyTimes:    po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
 	}), nil
 }
 
-// surgeOf returns the target's Surge, of any phase, or nil.
-func (c *Controller) surgeOf(t *workload.Target) *v1alpha1.Surge {
-	s, err := c.surges.Get(t.Ref.Namespace, surgeName(t))
-	if err != nil {
-		return nil
-	}
-	return s
-}
-
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
 	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: append(c.pendingReplacements(view.trusted), view.unverified...), Surge: c.surgeOf}
+	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

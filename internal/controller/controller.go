@@ -110,6 +110,8 @@ type Controller struct {
 	drains  *drains
 	cordons cordons
 	gauges  *gauges
+	// writing holds when this process first tried to write each Pending Surge's fields.
+	writing writeAttempts
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -126,7 +128,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		cfg: guardian.Config{
 			Preemptive: opts.Preemptive, CordonedNodes: opts.CordonedNodes, CordonGracePeriod: opts.CordonGracePeriod,
 			Restore: guardian.RestoreMode(opts.Restore), Evict: opts.Evict,
-			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration,
+			ScheduleTimeout: opts.ScheduleTimeout, ReadyTimeout: opts.ReadyTimeout, MaxSurgeDuration: opts.MaxSurgeDuration, EvictTimeout: opts.EvictTimeout,
 			Lookahead: opts.Lookahead,
 		},
 		opts: opts, log: log, clients: clients, recorder: recorder, metrics: m, clock: clock.RealClock{},

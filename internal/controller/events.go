@@ -34,6 +34,14 @@ const (
 	actionRestore             = "Restore"
 )
 
+// Event reasons of the deadlines that keep a tenant from holding a --max-concurrent-surges slot.
+const (
+	// ReasonSurgeNotWritten: a Pending Surge's fields could not be written within a minute.
+	ReasonSurgeNotWritten = "SurgeNotWritten"
+	// ReasonEvictionRefused: a Ready surge's blocked pod did not leave within --evict-timeout.
+	ReasonEvictionRefused = "EvictionRefused"
+)
+
 // eventer records Kubernetes Events and logs them, so that logs and Events tell one story.
 type eventer struct {
 	recorder events.EventRecorder

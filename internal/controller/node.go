@@ -123,8 +123,12 @@ func (l *poolLookup) of(node *corev1.Node) *mcfgv1.MachineConfigPool {
 	return p
 }
 
-// inScope applies --namespace-selector and the namespace opt-out annotation.
+// inScope applies the platform exclusion (options.Excludes), --namespace-selector and the namespace
+// opt-out annotation.
 func (c *Controller) inScope(namespace string) bool {
+	if c.opts.Excludes(namespace) {
+		return false
+	}
 	ns, err := c.namespaces.Get(namespace)
 	if err != nil {
 		return false

@@ -18,7 +18,10 @@ import (
 
 // stallConfig is the configuration of the daemon's stall decisions.
 func (c *Controller) stallConfig() guardian.StallConfig {
-	return guardian.StallConfig{NamespaceSelector: c.nsSelector, NilKeepsCount: c.kserve.nilKeepsCount(), MaxInFlight: c.opts.MaxConcurrentSurge}
+	return guardian.StallConfig{
+		NamespaceSelector: c.nsSelector, Excludes: c.opts.Excludes,
+		NilKeepsCount: c.kserve.nilKeepsCount(), MaxInFlight: c.opts.MaxConcurrentSurge,
+	}
 }
 
 // observeStalls reads, once, what the stall decision needs about the node's blocked pods. Owners of
@@ -91,7 +94,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		view := c.flight.view(c.surges.List())
 		wave := obs.wave
 		wave.InFlight = view.count
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, append(c.pendingReplacements(view.trusted), view.unverified...))
+		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view))
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {
@@ -113,7 +116,7 @@ func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guar
 		PDB: st.PDB.Name, BlockedPod: st.Pod.Name, Delta: d.Delta, Replicas: o.PodOwner.Replicas,
 		StartTime: metav1.NewTime(c.clock.Now()),
 	}
-	if pods, err := c.pods.Pods(st.Pod.Namespace).List(o.PodOwner.Selector); err == nil {
+	if pods, err := c.podsOf(st.Pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner); err == nil {
 		spec.ReadyBefore = readyElsewhere(pods, node)
 	}
 	start := &surgeStart{surge: newSurge(o.Target, o.Object, spec)}
@@ -121,6 +124,12 @@ func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guar
 		start.replacements = append(start.replacements, guardian.Replacement(st.Pod))
 	}
 	return start
+}
+
+// booked lists the replacements every Surge in flight still waits for: those of the cached, verified
+// Surges and those booked by the Surges this process created but has not verified yet.
+func (c *Controller) booked(view inFlightView) []*podinfo.Pod {
+	return append(c.pendingReplacements(view.trusted), view.unverified...)
 }
 
 // pendingReplacements lists, for the given Surges in flight, the replacements the scheduler has
@@ -133,31 +142,16 @@ func (c *Controller) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Po
 		if err != nil {
 			continue
 		}
-		pods, _ := c.pods.Pods(s.Namespace).List(owner.Selector)
+		pods, _ := c.podsOf(s.Namespace, targetOf(s).PodOwner.Kind, owner)
 		out = append(out, waitingFor(s, pods)...)
 	}
 	return out
 }
 
-// waitingFor returns the replacements a Surge waits for, at most its delta: the unscheduled pods of
-// its workload, then stand-ins for the replicas the pod owner has not created yet.
+// waitingFor returns the replacements a Surge waits for (see blocking.Replacements): never more than
+// its delta, whatever count its workload asks for.
 func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod) []*podinfo.Pod {
-	var out []*podinfo.Pod
-	live := int64(0)
-	for _, p := range pods {
-		if blocking.Skip(p) {
-			continue
-		}
-		live++
-		if p.Spec.NodeName == "" && len(out) < int(s.Spec.Delta) {
-			out = append(out, p)
-		}
-	}
-	missing := min(int64(s.Spec.Replicas)+int64(s.Spec.Delta)-live, int64(s.Spec.Delta)-int64(len(out)))
-	for i := int64(0); i < missing && len(pods) > 0; i++ {
-		out = append(out, guardian.Replacement(pods[0]))
-	}
-	return out
+	return blocking.Replacements(pods, int64(s.Spec.Replicas)+int64(s.Spec.Delta), s.Spec.Delta, guardian.Replacement)
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.

@@ -50,6 +50,7 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 	s, err := c.surges.Get(key.Namespace, key.Name)
 	if apierrors.IsNotFound(err) {
 		c.flight.forget(key)
+		c.writing.forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -133,7 +134,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 		return reject("OwnerMismatch", "%s does not control %s (resolved: %v)", t.Ref, t.PodOwner, describeResolved(resolved, err))
 	}
 	sc.owner = owner
-	if sc.pods, err = c.pods.Pods(s.Namespace).List(owner.Selector); err != nil {
+	if sc.pods, err = c.podsOf(s.Namespace, t.PodOwner.Kind, owner); err != nil {
 		return nil, 0, err
 	}
 	c.flight.verified(s)
@@ -195,6 +196,11 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 				obs.CaughtUp = sc.owner.CaughtUp(int32(*f.ExplicitBeforeRemove))
 			}
 		}
+	}
+	if s.PhaseOf() == v1alpha1.PhasePending {
+		obs.WritingSince = c.writing.since(s, now)
+	} else {
+		c.writing.forget(keyOf(s))
 	}
 	c.flight.holding(s, heldResources(s, sc.pods))
 	return obs
@@ -261,12 +267,14 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 }
 
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
+// A finished pod requests nothing the scheduler counts: the first live pod is the model.
 func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
-	if s.PhaseOf() == v1alpha1.PhaseFailed || len(pods) == 0 {
+	i := slices.IndexFunc(pods, func(p *podinfo.Pod) bool { return !blocking.Skip(p) })
+	if s.PhaseOf() == v1alpha1.PhaseFailed || i < 0 {
 		return nil
 	}
 	out := corev1.ResourceList{}
-	for name, q := range pods[0].Spec.Requests {
+	for name, q := range pods[i].Spec.Requests {
 		if !strings.Contains(string(name), "/") {
 			continue
 		}
@@ -299,7 +307,11 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			"%s changed by someone else before the surge was written: not surging", describeFields(s.Spec.Fields))
 		return 0, nil
 	case guardian.ActMarkReady:
-		if err := c.setPhase(ctx, s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now); err != nil {
+		next := withPhase(s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now)
+		if a.EvictionDue {
+			setEvictionDue(next, obs.Now)
+		}
+		if err := c.exec.updateStatus(ctx, next); err != nil {
 			return 0, err
 		}
 		took := obs.Now.Sub(s.Spec.StartTime.Time)
@@ -310,6 +322,16 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 			return c.evict(ctx, eref, s, sc.pods)
 		}
 		return 0, nil
+	case guardian.ActMarkEvictionDue:
+		next := s.DeepCopy()
+		setEvictionDue(next, obs.Now)
+		if err := c.exec.updateStatus(ctx, next); err != nil {
+			return 0, err
+		}
+		if a.EvictNow {
+			return c.evict(ctx, eref, s, sc.pods)
+		}
+		return a.After, nil
 	case guardian.ActEvict:
 		return c.evict(ctx, eref, s, sc.pods)
 	case guardian.ActMarkResolved:
@@ -361,6 +383,11 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 
 // setPhase moves the Surge to a phase, stamping its time and condition.
 func (c *Controller) setPhase(ctx context.Context, s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, now time.Time) error {
+	return c.exec.updateStatus(ctx, withPhase(s, phase, reason, message, now))
+}
+
+// withPhase is a copy of the Surge moved to a phase, with its time and condition.
+func withPhase(s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, now time.Time) *v1alpha1.Surge {
 	next := s.DeepCopy()
 	t := metav1.NewTime(now)
 	next.Status.Phase, next.Status.Message = phase, message
@@ -375,14 +402,23 @@ func (c *Controller) setPhase(ctx context.Context, s *v1alpha1.Surge, phase v1al
 		next.Status.ResolvedTime = &t
 	}
 	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: condition, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: t, ObservedGeneration: s.Generation})
-	return c.exec.updateStatus(ctx, next)
+	return next
+}
+
+// setEvictionDue records that the Surge's node is being drained while its replacement is Ready:
+// --evict-timeout runs from now.
+func setEvictionDue(s *v1alpha1.Surge, now time.Time) {
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: guardian.ConditionEvictionDue, Status: metav1.ConditionTrue,
+		Reason: "NodeDraining", Message: fmt.Sprintf("Node %s is being drained: the blocked pod is to leave it", s.Spec.Node),
+		LastTransitionTime: metav1.NewTime(now), ObservedGeneration: s.Generation})
 }
 
 // startRestore commits to restoring: the surplus pods on nodes still to update are marked to go
 // first, then the Surge moves to Restoring with its reason.
 func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian.Action, now time.Time) error {
 	s := sc.s
-	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) {
+	// A Pending Surge wrote no fields: there is no scale-down to steer.
+	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) && s.PhaseOf() != v1alpha1.PhasePending {
 		if err := c.steerScaleDown(ctx, s, sc.pods); err != nil {
 			return err
 		}
@@ -450,6 +486,16 @@ func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kep
 		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
 			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(s.Spec.Fields, kept))
+	case s.Status.Failed && reason == guardian.ReasonWriteTimeout:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonSurgeNotWritten, actionRestore,
+			"%s could not be written for %s (refused, or changed by someone else at every attempt): not surging for node %s; pod %s still blocks the drain",
+			describeFields(s.Spec.Fields), guardian.PendingTimeout, s.Spec.Node, s.Spec.BlockedPod)
+	case s.Status.Failed && reason == guardian.ReasonEvictTimeout:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonEvictionRefused, actionRestore,
+			"Pod %s did not leave node %s within --evict-timeout=%s of its replacement being Ready: the workload's own disruption budgets refuse it. Restored %s",
+			s.Spec.BlockedPod, s.Spec.Node, c.cfg.EvictTimeout, describeRestore(s.Spec.Fields, kept))
 	case s.Status.Failed:
 		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,

@@ -88,17 +88,69 @@ func surgeObject(s *v1alpha1.Surge) (*unstructured.Unstructured, error) {
 const maxNameLength = 253
 
 // surgeName is the one name a Surge of this target can have, so that the API server itself refuses a
-// second Surge of one workload: <kind>-<name>[-prefill]. A name too long for that gets a hash suffix.
+// second Surge of one workload. It is <kind>-<name> for the common case, readable in `oc get surges`;
+// an LLMInferenceService's prefill component, or a name too long for that, gets
+// <kind>-<name, cut>[-prefill]-<hash> instead, the hash over everything that identifies the target. The two forms cannot meet: a name that would read as
+// the second form (it ends in -<16 hex digits>) takes the second form too. Without that, the prefill
+// of LLMInferenceService m and the main component of m-prefill, or a long name and a workload named
+// after its hash, would share one Surge. (Two /scale kinds of one name in different API groups still
+// could: surgeOf checks the target, so such a stall waits rather than being taken as covered.)
 func surgeName(t *workload.Target) string {
-	name := strings.ToLower(string(t.Ref.Kind)) + "-" + t.Ref.Name
+	kind := strings.ToLower(string(t.Ref.Kind))
+	readable := kind + "-" + t.Ref.Name
+	if t.Component != workload.ComponentPrefill && len(readable) <= maxNameLength && !hashSuffixed(readable) {
+		return readable
+	}
+	group, _, grouped := strings.Cut(t.Ref.APIVersion, "/")
+	if !grouped {
+		group = ""
+	}
+	sum := sha256.Sum256([]byte(strings.Join([]string{group, t.Ref.Resource, string(t.Ref.Kind), t.Ref.Name, t.Component}, "/")))
+	suffix := "-" + hex.EncodeToString(sum[:])[:hashLength]
 	if t.Component == workload.ComponentPrefill {
-		name += "-" + workload.ComponentPrefill
+		readable += "-" + workload.ComponentPrefill
 	}
-	if len(name) <= maxNameLength {
-		return name
+	if len(readable) > maxNameLength-len(suffix) {
+		readable = strings.TrimRight(readable[:maxNameLength-len(suffix)], "-.")
 	}
-	sum := sha256.Sum256([]byte(name))
-	return strings.TrimRight(name[:maxNameLength-17], "-.") + "-" + hex.EncodeToString(sum[:])[:16]
+	return readable + suffix
+}
+
+// hashLength is the number of hex digits of a Surge name's hash.
+const hashLength = 16
+
+// hashSuffixed reports whether a name ends in -<hashLength hex digits>, as hashed Surge names do.
+func hashSuffixed(name string) bool {
+	i := len(name) - hashLength - 1
+	if i < 0 || name[i] != '-' {
+		return false
+	}
+	for _, r := range name[i+1:] {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// surgeOf returns the Surge of the target, of any phase, or nil. It is found by what it names (the
+// object, by UID, and the component), not by its name: a Surge under the target's name may be
+// another object's (one deleted since, whose Surge the garbage collector has yet to remove), and a
+// Surge made by an older guardian may carry a name of its time.
+func (c *Controller) surgeOf(t *workload.Target) *v1alpha1.Surge {
+	if s, err := c.surges.Get(t.Ref.Namespace, surgeName(t)); err == nil && sameTarget(s, t) {
+		return s
+	}
+	for _, s := range c.surges.InNamespace(t.Ref.Namespace) {
+		if sameTarget(s, t) {
+			return s
+		}
+	}
+	return nil
+}
+
+func sameTarget(s *v1alpha1.Surge, t *workload.Target) bool {
+	return s.Spec.Target.UID == t.Ref.UID && s.Spec.Target.Kind == string(t.Ref.Kind) && s.Spec.Component == t.Component
 }
 
 // newSurge builds the Surge of a stall, owned by the target so that deleting the workload removes it.

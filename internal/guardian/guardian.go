@@ -56,6 +56,8 @@ type Config struct {
 	ScheduleTimeout   time.Duration
 	ReadyTimeout      time.Duration
 	MaxSurgeDuration  time.Duration
+	// EvictTimeout bounds how long a Ready surge waits for its blocked pod to leave a drained node.
+	EvictTimeout time.Duration
 	// Lookahead is how many of the nodes the MCO will target next are surged ahead (0: none).
 	Lookahead int
 }

@@ -5,6 +5,7 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
@@ -42,6 +43,9 @@ type Observation struct {
 	CaughtUp bool
 	// CapacityWanted: a stall of the same pool waits for capacity that this surge holds.
 	CapacityWanted bool
+	// WritingSince, on a Pending Surge, is when this process first tried to write its fields: the
+	// Pending deadline runs from there, not from a start that may lie before an outage of the guardian.
+	WritingSince time.Time
 }
 
 // ActionKind is what to do next for a Surge. Each action is at most one write.
@@ -58,6 +62,9 @@ const (
 	ActDiscard ActionKind = "Discard"
 	// ActMarkReady records the Ready replacement (Surged → Ready).
 	ActMarkReady ActionKind = "MarkReady"
+	// ActMarkEvictionDue records, on a Ready Surge, that its node is being drained: the blocked pod
+	// should leave now, and --evict-timeout runs from here.
+	ActMarkEvictionDue ActionKind = "MarkEvictionDue"
 	// ActEvict evicts the workload's pods from the drained node through the Eviction API.
 	ActEvict ActionKind = "Evict"
 	// ActMarkResolved records that no pod is left on the node (Ready → Resolved).
@@ -94,7 +101,23 @@ const (
 	ReasonPredictionMissed = "PredictionMissed"
 	// ReasonDrainOver, on MarkResolved: the drain ended while a pod of the workload is on the node.
 	ReasonDrainOver = "DrainOver"
+	// ReasonWriteTimeout: the surged fields could not be written (refused, or a conflict each time)
+	// for PendingTimeout.
+	ReasonWriteTimeout = "WriteTimeout"
+	// ReasonEvictTimeout: the replacement is Ready but the blocked pod did not leave the drained node
+	// within --evict-timeout (the tenant's own budgets refuse its eviction).
+	ReasonEvictTimeout = "EvictTimeout"
 )
+
+// ConditionEvictionDue is the condition a Ready Surge gets when its node is being drained: its
+// LastTransitionTime is when --evict-timeout started.
+const ConditionEvictionDue = "EvictionDue"
+
+// PendingTimeout bounds how long a Surge stays Pending while the guardian tries to write its fields
+// (see Observation.WritingSince). The fields are written within a second unless the write is refused
+// or conflicts each time (a tenant changing the workload in a loop, an admission webhook refusing
+// it): a Pending Surge holds a --max-concurrent-surges slot, which nobody may hold forever.
+const PendingTimeout = time.Minute
 
 const (
 	defaultRecheckPeriod = 30 * time.Second
@@ -111,9 +134,12 @@ type Action struct {
 	Failed bool
 	// RemoveExplicit, on RestoreFields, removes fields left at their explicit count by the first step.
 	RemoveExplicit bool
-	// EvictNow, on MarkReady, evicts the blocked pods right after the write: the node is being drained
-	// and every second the pod stays there is a second until the MCO's next attempt can succeed.
+	// EvictNow, on MarkReady and MarkEvictionDue, evicts the blocked pods right after the write: the
+	// node is being drained and every second the pod stays there is a second until the MCO's next
+	// attempt can succeed.
 	EvictNow bool
+	// EvictionDue, on MarkReady, also records ConditionEvictionDue: the node is being drained already.
+	EvictionDue bool
 	// After is when to look again if nothing changes before.
 	After time.Duration
 }
@@ -140,7 +166,8 @@ func Decide(cfg Config, o Observation) Action {
 	switch s.PhaseOf() {
 	case v1alpha1.PhaseSurged:
 		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
-			return Action{Kind: ActMarkReady, EvictNow: cfg.Evict && o.LiveOnNode > 0 && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node)}
+			due := o.LiveOnNode > 0 && evictionDue(s, o.Node)
+			return Action{Kind: ActMarkReady, EvictionDue: due, EvictNow: cfg.Evict && due}
 		}
 		if o.UnschedulableSince != nil {
 			stuck := o.Now.Sub(*o.UnschedulableSince)
@@ -165,11 +192,38 @@ func Decide(cfg Config, o Observation) Action {
 			// pool finishes, which it may never do while another stall waits for that capacity.
 			return Action{Kind: ActMarkResolved, Reason: ReasonDrainOver}
 		}
-		if cfg.Evict && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node) {
-			return Action{Kind: ActEvict, After: evictRetryPeriod}
+		if evictionDue(s, o.Node) {
+			return decideEviction(cfg, o, next)
 		}
 	}
 	return Action{Kind: ActWait, After: next}
+}
+
+// decideEviction waits for the blocked pod of a Ready surge to leave its drained node, evicting it
+// (--evict), at most --evict-timeout. After that, the tenant's own budgets refuse the eviction (a
+// second PDB, minAvailable raised, the replacement's readiness failing): holding the surge would hold
+// a slot, and the capacity, of every other tenant's stalls for --max-surge-duration. It is restored
+// and reported instead.
+func decideEviction(cfg Config, o Observation, next time.Duration) Action {
+	c := meta.FindStatusCondition(o.Surge.Status.Conditions, ConditionEvictionDue)
+	if c == nil {
+		return Action{Kind: ActMarkEvictionDue, EvictNow: cfg.Evict}
+	}
+	waited := o.Now.Sub(c.LastTransitionTime.Time)
+	if waited >= cfg.EvictTimeout {
+		return Action{Kind: ActStartRestore, Reason: ReasonEvictTimeout, Failed: true}
+	}
+	next = min(next, cfg.EvictTimeout-waited)
+	if cfg.Evict {
+		return Action{Kind: ActEvict, After: min(next, evictRetryPeriod)}
+	}
+	return Action{Kind: ActWait, After: next}
+}
+
+// evictionDue reports whether the blocked pods should leave the Surge's node now: it is cordoned and
+// being drained.
+func evictionDue(s *v1alpha1.Surge, node *corev1.Node) bool {
+	return node != nil && node.Spec.Unschedulable && beingDrained(s, node)
 }
 
 // decidePending finishes the first write of a surge: the Surge exists, the fields may or may not be
@@ -189,6 +243,16 @@ func decidePending(cfg Config, o Observation) Action {
 	if _, done := finished(cfg, o); done || o.CurrentDrain != o.Surge.Spec.Drain {
 		// The stall ended before the fields were written: nothing to surge, nothing to restore.
 		return Action{Kind: ActFinish}
+	}
+	since := o.Surge.Spec.StartTime.Time
+	if o.WritingSince.After(since) {
+		since = o.WritingSince
+	}
+	if o.Now.Sub(since) >= PendingTimeout {
+		// Every write was refused or lost a conflict for a minute: give the slot back, and keep the
+		// Failed Surge so that this drain is not surged again. A write that did land after all is
+		// seen at its surged value and restored.
+		return Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true}
 	}
 	return Action{Kind: ActWriteFields}
 }

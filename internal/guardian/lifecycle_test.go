@@ -6,6 +6,7 @@ import (
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
@@ -17,7 +18,7 @@ const cordonDrain = "cordon-2025-05-01T11:00:00Z"
 
 // allActionKinds is every action Decide can answer; TestDecide must reach each of them.
 var allActionKinds = []ActionKind{
-	ActWait, ActWriteFields, ActMarkSurged, ActDiscard, ActMarkReady, ActEvict, ActMarkResolved,
+	ActWait, ActWriteFields, ActMarkSurged, ActDiscard, ActMarkReady, ActMarkEvictionDue, ActEvict, ActMarkResolved,
 	ActStartRestore, ActRestoreFields, ActFinish, ActForget,
 }
 
@@ -78,10 +79,19 @@ func (tt decideCase) phaseOrPending() v1alpha1.Phase {
 
 func decide(tt decideCase) Action {
 	cfg := defaultConfig()
+	cfg.EvictTimeout = 10 * time.Minute
 	if tt.cfg != nil {
 		tt.cfg(&cfg)
 	}
 	s := testSurge(tt.phase)
+	switch s.PhaseOf() {
+	case v1alpha1.PhasePending:
+		// A Pending Surge is written seconds before its fields.
+		s.Spec.StartTime = metav1.NewTime(now.Add(-10 * time.Second))
+	case v1alpha1.PhaseReady:
+		// Its node has been under drain for half a minute (see noEvictionDue).
+		evictionDueAgo(30 * time.Second)(s)
+	}
 	if tt.surge != nil {
 		tt.surge(s)
 	}
@@ -155,6 +165,37 @@ func pendingCases() []decideCase {
 			want: Action{Kind: ActFinish},
 		},
 		{
+			// A tenant changing the workload in a loop, or a webhook refusing the write: the slot
+			// is not held for ever.
+			name: "fields not written for PendingTimeout: fail", phase: v1alpha1.PhasePending,
+			surge: startedAgo(PendingTimeout),
+			want:  Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true},
+		},
+		{
+			// The guardian was down: the deadline runs from its first attempt, not from the start.
+			name: "Pending for long, first attempt 10s ago: write", phase: v1alpha1.PhasePending,
+			surge: startedAgo(time.Hour),
+			obs:   func(o *Observation) { o.WritingSince = now.Add(-10 * time.Second) },
+			want:  Action{Kind: ActWriteFields},
+		},
+		{
+			name: "Pending for long, attempts for PendingTimeout: fail", phase: v1alpha1.PhasePending,
+			surge: startedAgo(time.Hour),
+			obs:   func(o *Observation) { o.WritingSince = now.Add(-PendingTimeout) },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true},
+		},
+		{
+			name: "fields not written yet, PendingTimeout in a second: write", phase: v1alpha1.PhasePending,
+			surge: startedAgo(PendingTimeout - time.Second),
+			want:  Action{Kind: ActWriteFields},
+		},
+		{
+			name: "the write landed after PendingTimeout: mark surged, never forget it", phase: v1alpha1.PhasePending,
+			surge: startedAgo(2 * PendingTimeout),
+			obs:   fields(workload.FieldAtSet),
+			want:  Action{Kind: ActMarkSurged},
+		},
+		{
 			name: "node deleted: finish", phase: v1alpha1.PhasePending,
 			obs:  func(o *Observation) { o.Node = nil },
 			want: Action{Kind: ActFinish},
@@ -198,13 +239,14 @@ func surgedCases() []decideCase {
 			name: "replacement Ready", phase: surged,
 			surge: func(s *v1alpha1.Surge) { s.Spec.ReadyBefore = 1 },
 			obs:   func(o *Observation) { o.ReadyElsewhere = 2 },
-			// The node is under MCO drain: evict in the same sync, before the MCO's next attempt.
-			want: Action{Kind: ActMarkReady, EvictNow: true},
+			// The node is under MCO drain: evict in the same sync, before the MCO's next attempt;
+			// --evict-timeout runs from this write.
+			want: Action{Kind: ActMarkReady, EvictNow: true, EvictionDue: true},
 		},
 		{
 			name: "replacement Ready, eviction disabled", phase: surged, cfg: func(c *Config) { c.Evict = false },
 			obs:  func(o *Observation) { o.ReadyElsewhere = 1 },
-			want: Action{Kind: ActMarkReady},
+			want: Action{Kind: ActMarkReady, EvictionDue: true},
 		},
 		{
 			name: "replacement Ready, node only targeted: no eviction yet", phase: surged,
@@ -221,7 +263,7 @@ func surgedCases() []decideCase {
 		{
 			name: "Ready replacement wins over another pod stuck Unschedulable", phase: surged,
 			obs:  func(o *Observation) { o.ReadyElsewhere = 1; o.UnschedulableSince = ptrTime(now.Add(-10 * minute)) },
-			want: Action{Kind: ActMarkReady, EvictNow: true},
+			want: Action{Kind: ActMarkReady, EvictNow: true, EvictionDue: true},
 		},
 		{
 			name: "replacement Unschedulable past the schedule timeout", phase: surged,
@@ -298,6 +340,37 @@ func readyCases() []decideCase {
 		{
 			name: "eviction disabled: wait for the MCO's next attempt", phase: ready, cfg: func(c *Config) { c.Evict = false },
 			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "drain started after the replacement was Ready: record it and evict", phase: ready, surge: noEvictionDue,
+			want: Action{Kind: ActMarkEvictionDue, EvictNow: true},
+		},
+		{
+			name: "drain started, eviction disabled: record it", phase: ready, surge: noEvictionDue, cfg: func(c *Config) { c.Evict = false },
+			want: Action{Kind: ActMarkEvictionDue},
+		},
+		{
+			// A second PDB over the pod, minAvailable raised: the tenant's own budgets refuse the
+			// eviction, and the surge would hold its slot for --max-surge-duration.
+			name: "blocked pod still on the node after --evict-timeout: restore, failed", phase: ready,
+			surge: evictionDueAgo(10 * time.Minute),
+			want:  Action{Kind: ActStartRestore, Reason: ReasonEvictTimeout, Failed: true},
+		},
+		{
+			name: "eviction disabled, --evict-timeout over: restore, failed", phase: ready, cfg: func(c *Config) { c.Evict = false },
+			surge: evictionDueAgo(11 * time.Minute),
+			want:  Action{Kind: ActStartRestore, Reason: ReasonEvictTimeout, Failed: true},
+		},
+		{
+			name: "--evict-timeout in 2s: evict, look again then", phase: ready,
+			surge: evictionDueAgo(10*time.Minute - 2*time.Second),
+			want:  Action{Kind: ActEvict, After: 2 * time.Second},
+		},
+		{
+			name: "pod gone at the --evict-timeout: resolved", phase: ready,
+			surge: evictionDueAgo(time.Hour),
+			obs:   func(o *Observation) { o.LiveOnNode = 0 },
+			want:  Action{Kind: ActMarkResolved},
 		},
 		{
 			name: "MCO draining but node not cordoned yet", phase: ready,
@@ -866,6 +939,19 @@ func cordonSurge(s *v1alpha1.Surge) {
 	s.Spec.Trigger = string(TriggerCordoned)
 	s.Spec.Pool = ""
 	s.Spec.Drain = cordonDrain
+}
+
+// evictionDueAgo says the Surge's node has been under drain, its replacement Ready, for d.
+func evictionDueAgo(d time.Duration) func(*v1alpha1.Surge) {
+	return func(s *v1alpha1.Surge) {
+		noEvictionDue(s)
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: ConditionEvictionDue, Status: metav1.ConditionTrue,
+			Reason: "NodeDraining", LastTransitionTime: metav1.NewTime(now.Add(-d))})
+	}
+}
+
+func noEvictionDue(s *v1alpha1.Surge) {
+	meta.RemoveStatusCondition(&s.Status.Conditions, ConditionEvictionDue)
 }
 
 func startedAgo(d time.Duration) func(*v1alpha1.Surge) {

@@ -56,6 +56,9 @@ const (
 type StallConfig struct {
 	// NamespaceSelector is --namespace-selector; nil selects every namespace.
 	NamespaceSelector labels.Selector
+	// Excludes tells the namespaces left out whatever the selector says (options.Excludes: the
+	// platform's and the guardian's own, unless --platform-namespaces); nil excludes none.
+	Excludes func(namespace string) bool
 	// NilKeepsCount is the LLMInferenceService replica semantics (see workload.PlanSurge).
 	NilKeepsCount bool
 	// MaxInFlight is --max-concurrent-surges; 0 means no limit (a prediction).
@@ -224,13 +227,15 @@ func outcomeOf(r StallReason) Outcome {
 	return OutcomeUnresolvable
 }
 
-// Scope applies --pool-selector, --namespace-selector and the namespace opt-out annotation to a pod
+// Scope applies --pool-selector, the platform exclusion, --namespace-selector and the namespace opt-out annotation to a pod
 // of namespace name (ns is that namespace, nil when it cannot be read); StallNone means in scope.
 // Labels and annotations are the namespace owner's input: only the documented values count.
 func Scope(cfg StallConfig, poolSelected bool, ns *corev1.Namespace, name string) (StallReason, string) {
 	switch {
 	case !poolSelected:
 		return StallOutOfScope, "the pool does not match --pool-selector: the guardian leaves it alone"
+	case cfg.Excludes != nil && cfg.Excludes(name):
+		return StallOutOfScope, fmt.Sprintf("namespace %s belongs to the platform or the guardian: out of scope unless --platform-namespaces", name)
 	case ns == nil:
 		return StallOutOfScope, fmt.Sprintf("namespace %s is not readable", name)
 	case workload.IgnoredByAnnotation(ns.Annotations):

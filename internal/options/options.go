@@ -61,15 +61,18 @@ type Options struct {
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 
-	Restore            string
-	Preemptive         bool
-	Evict              bool
-	ScheduleTimeout    time.Duration
-	ReadyTimeout       time.Duration
-	MaxSurgeDuration   time.Duration
-	CordonedNodes      bool
-	CordonGracePeriod  time.Duration
-	NamespaceSelector  string
+	Restore           string
+	Preemptive        bool
+	Evict             bool
+	ScheduleTimeout   time.Duration
+	ReadyTimeout      time.Duration
+	MaxSurgeDuration  time.Duration
+	EvictTimeout      time.Duration
+	CordonedNodes     bool
+	CordonGracePeriod time.Duration
+	NamespaceSelector string
+	// PlatformNamespaces lets the guardian act in kube-*, openshift-* and its own namespace.
+	PlatformNamespaces bool
 	PoolSelector       string
 	MaxConcurrentSurge int
 	Lookahead          int
@@ -127,6 +130,7 @@ func NewOptions() *Options {
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
 		MaxSurgeDuration:        24 * time.Hour,
+		EvictTimeout:            10 * time.Minute,
 		CordonGracePeriod:       10 * time.Minute,
 		MaxConcurrentSurge:      3,
 		Lookahead:               1,
@@ -162,9 +166,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ScheduleTimeout, "schedule-timeout", o.ScheduleTimeout, "Undo a surge whose replacement pod stays Unschedulable this long.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "Undo a surge whose replacement pod is not Ready this long after the surge.")
 	fs.DurationVar(&o.MaxSurgeDuration, "max-surge-duration", o.MaxSurgeDuration, "Safety valve: undo any surge older than this, whatever the pool's state.")
+	fs.DurationVar(&o.EvictTimeout, "evict-timeout", o.EvictTimeout, "Undo, and report, a surge whose blocked pod has not left its drained node this long after its replacement is Ready and the drain started (the workload's own budgets refuse the eviction).")
 	fs.BoolVar(&o.CordonedNodes, "cordoned-nodes", o.CordonedNodes, "Also treat any node cordoned for longer than --cordon-grace-period as being drained (drains not made by the MCO).")
 	fs.DurationVar(&o.CordonGracePeriod, "cordon-grace-period", o.CordonGracePeriod, "With --cordoned-nodes: how long a node must be cordoned before the guardian acts.")
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
+	fs.BoolVar(&o.PlatformNamespaces, "platform-namespaces", o.PlatformNamespaces, "Also act in kube-*, openshift-* and the guardian's own namespace (their operators manage their own disruption; the shipped ValidatingAdmissionPolicy refuses these writes unless changed too).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
@@ -220,7 +226,7 @@ func (o *Options) Validate() error {
 	}
 	for flag, d := range map[string]time.Duration{
 		"schedule-timeout": o.ScheduleTimeout, "ready-timeout": o.ReadyTimeout,
-		"max-surge-duration": o.MaxSurgeDuration, "lease-duration": o.LeaseDuration,
+		"max-surge-duration": o.MaxSurgeDuration, "lease-duration": o.LeaseDuration, "evict-timeout": o.EvictTimeout,
 		"renew-deadline": o.RenewDeadline, "retry-period": o.RetryPeriod,
 	} {
 		if d <= 0 {
@@ -274,4 +280,18 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Excludes reports whether the namespace is the platform's, out of the guardian's scope unless
+// --platform-namespaces opts it in: kube-* and openshift-* (and "openshift"), whose workloads the
+// MCO and the cluster operators drain and disrupt on their own terms, and the guardian's own, where
+// surging itself would only take the capacity it serves. A compromised or confused guardian must not
+// be able to scale the control plane's operators; the shipped ValidatingAdmissionPolicy refuses the
+// same namespaces at the API server.
+func (o *Options) Excludes(namespace string) bool {
+	if o.PlatformNamespaces {
+		return false
+	}
+	return strings.HasPrefix(namespace, "kube-") || strings.HasPrefix(namespace, "openshift-") || namespace == "openshift" ||
+		namespace == o.LeaderElectionNamespace
 }

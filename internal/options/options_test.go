@@ -52,6 +52,7 @@ func TestValidateNamesEveryInvalidFlag(t *testing.T) {
 		{name: "zero schedule timeout", set: func(o *Options) { o.ScheduleTimeout = 0 }, flags: []string{"schedule-timeout"}},
 		{name: "negative ready timeout", set: func(o *Options) { o.ReadyTimeout = -time.Second }, flags: []string{"ready-timeout"}},
 		{name: "zero max surge duration", set: func(o *Options) { o.MaxSurgeDuration = 0 }, flags: []string{"max-surge-duration"}},
+		{name: "zero evict timeout", set: func(o *Options) { o.EvictTimeout = 0 }, flags: []string{"evict-timeout"}},
 		{name: "zero retry period", set: func(o *Options) { o.RetryPeriod = 0 }, flags: []string{"retry-period"}},
 		{name: "negative cordon grace", set: func(o *Options) { o.CordonGracePeriod = -time.Minute }, flags: []string{"cordon-grace-period"}},
 		{name: "negative resync", set: func(o *Options) { o.ResyncPeriod = -time.Minute }, flags: []string{"resync-period"}},
@@ -234,6 +235,25 @@ func TestSoftMemoryLimit(t *testing.T) {
 		o.MemoryLimit = tt.limit
 		if got := o.SoftMemoryLimit(); got != tt.want {
 			t.Errorf("SoftMemoryLimit(%q) = %d, want %d", tt.limit, got, tt.want)
+		}
+	}
+}
+
+func TestExcludesThePlatformUnlessOptedIn(t *testing.T) {
+	o := NewOptions()
+	o.LeaderElectionNamespace = "guardian"
+	for ns, want := range map[string]bool{
+		"kube-system": true, "kube-public": true, "openshift-monitoring": true, "openshift": true, "guardian": true,
+		"models": false, "default": false, "kubeflow": false, "openshiftai-models": false, "team-openshift-x": false,
+	} {
+		if got := o.Excludes(ns); got != want {
+			t.Errorf("Excludes(%q) = %v, want %v", ns, got, want)
+		}
+	}
+	o.PlatformNamespaces = true
+	for _, ns := range []string{"kube-system", "openshift-monitoring", "guardian"} {
+		if o.Excludes(ns) {
+			t.Errorf("--platform-namespaces: %s still excluded", ns)
 		}
 	}
 }

@@ -175,8 +175,34 @@ func groupOf(ref *metav1.OwnerReference) string {
 	return gv.Group
 }
 
+// Owns reports whether the pod's controller chain leads to the pod owner of that kind and UID: Pod →
+// ReplicaSet → Deployment, or Pod → StatefulSet, each link by UID. A selector says which pods an
+// owner counts, not which it controls: a pod that merely carries the labels (a decoy, or a pod of
+// another workload whose selector overlaps) must neither make a surge Ready nor be evicted or
+// re-costed by it. A pod whose ReplicaSet is not in the cache yet is not counted until it is.
+func (s *Store) Owns(kind Kind, uid types.UID, pod metav1.Object) bool {
+	ctrl := metav1.GetControllerOf(pod)
+	if ctrl == nil || groupOf(ctrl) != "apps" {
+		return false
+	}
+	switch {
+	case kind == KindStatefulSet && ctrl.Kind == "StatefulSet":
+		return ctrl.UID == uid
+	case kind == KindDeployment && ctrl.Kind == "ReplicaSet":
+		rs, err := s.ReplicaSets.Get(pod.GetNamespace(), ctrl.Name)
+		if err != nil || rs.GetUID() != ctrl.UID {
+			return false
+		}
+		dctrl := metav1.GetControllerOf(rs)
+		return dctrl != nil && dctrl.Kind == "Deployment" && groupOf(dctrl) == "apps" && dctrl.UID == uid
+	}
+	return false
+}
+
 // PodOwnerState is what the guardian needs to know of a Deployment or StatefulSet.
 type PodOwnerState struct {
+	// UID is the owner's: its pods are those whose controller chain leads to it (see Store.Owns).
+	UID      types.UID
 	Selector labels.Selector
 	// Replicas is spec.replicas; StatusReplicas the pods that exist for it and UpdatedReplicas those of
 	// its current revision.
@@ -222,6 +248,7 @@ func (s *Store) PodOwner(ref Ref) (*PodOwnerState, error) {
 	if ref.UID != "" && uid != ref.UID {
 		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: string(ref.Kind)}, ref.Name)
 	}
+	st.UID = uid
 	selector, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
 		return nil, fmt.Errorf("%s: invalid selector: %w", ref, err)

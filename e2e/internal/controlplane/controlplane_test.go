@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -230,6 +231,91 @@ func TestControlPlane(t *testing.T) {
 		}
 		if _, err := c.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{}); err != nil {
 			t.Errorf("pod after the refused delete: %v", err)
+		}
+	})
+
+	// The shipped ValidatingAdmissionPolicy: the guardian's ServiceAccount may change replica counts
+	// and pod deletion costs, nothing else, and nothing in the platform's namespaces.
+	t.Run("GuardianAdmissionPolicy", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", cp.GuardianKubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := kubernetes.NewForConfigOrDie(cfg)
+		ns := createNamespace(ctx, t, c, "vap")
+		platform := "openshift-vap-test"
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: platform}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{"app": "vap"}
+		for _, n := range []string{ns, platform} {
+			dep := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: "model", Namespace: n},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/model:1"}}}}},
+			}
+			if _, err := c.AppsV1().Deployments(n).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/model:1"}}}}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := func(n, resource, name, body string) error {
+			var err error
+			if resource == "pods" {
+				_, err = g.CoreV1().Pods(n).Patch(ctx, name, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "drain-guardian"})
+			} else {
+				_, err = g.AppsV1().Deployments(n).Patch(ctx, name, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "drain-guardian"})
+			}
+			return err
+		}
+		image := `{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"example.invalid/stolen:1"}]}}}}`
+		// The policy is enforced once the API server's informer has it: wait for the first refusal.
+		pollT(ctx, t, "the ValidatingAdmissionPolicy to refuse an image change by the guardian", func() (bool, error) {
+			err := patch(ns, "deployments", "model", image)
+			if err == nil {
+				// Put the image back so the next attempt is a change again.
+				_, err = c.AppsV1().Deployments(ns).Patch(ctx, "model", types.StrategicMergePatchType,
+					[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"example.invalid/model:1"}]}}}}`), metav1.PatchOptions{})
+				return false, err
+			}
+			return true, nil
+		})
+		for _, tc := range []struct {
+			name, ns, resource, target, body string
+			allowed                          bool
+		}{
+			{"deployment image", ns, "deployments", "model", image, false},
+			{"deployment label", ns, "deployments", "model", `{"metadata":{"labels":{"stolen":"true"}}}`, false},
+			{"deployment replicas together with an annotation", ns, "deployments", "model", `{"metadata":{"annotations":{"x":"y"}},"spec":{"replicas":1}}`, false},
+			{"deployment replicas", ns, "deployments", "model", `{"spec":{"replicas":1}}`, true},
+			{"deployment replicas in a platform namespace", platform, "deployments", "model", `{"spec":{"replicas":1}}`, false},
+			{"pod labels", ns, "pods", "p", `{"metadata":{"labels":{"app":"other"}}}`, false},
+			{"pod image", ns, "pods", "p", `{"spec":{"containers":[{"name":"c","image":"example.invalid/stolen:1"}]}}`, false},
+			{"pod deletion cost", ns, "pods", "p", `{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-1000"}}}`, true},
+		} {
+			err := patch(tc.ns, tc.resource, tc.target, tc.body)
+			switch {
+			case tc.allowed && err != nil:
+				t.Errorf("%s: refused (%v), want allowed", tc.name, err)
+			case !tc.allowed && err == nil:
+				t.Errorf("%s: allowed, want refused by the policy", tc.name)
+			case !tc.allowed && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "drain-guardian-writes") ||
+				strings.Contains(err.Error(), "resulted in error")):
+				// An expression that errors refuses too (failurePolicy Fail), but for the wrong reason.
+				t.Errorf("%s: %v, want refused by the ValidatingAdmissionPolicy drain-guardian-writes", tc.name, err)
+			}
+		}
+		d, err := c.AppsV1().Deployments(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Spec.Template.Spec.Containers[0].Image; got != "example.invalid/model:1" || d.Labels["stolen"] != "" {
+			t.Errorf("after the refused patches: image %s, labels %v", got, d.Labels)
 		}
 	})
 

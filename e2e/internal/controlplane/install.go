@@ -154,8 +154,8 @@ func readYAML(path string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// guardianKinds are the objects of manifests/base that make up the guardian's identity, in apply
-// order, with their resources. The Deployment and monitoring objects are not applied: on the test
+// guardianKinds are the objects of manifests/base that make up the guardian's identity and confine
+// its writes, in apply order, with their resources. The Deployment and monitoring objects are not applied: on the test
 // bed the guardian runs as a local process.
 var guardianKinds = []struct {
 	kind       string
@@ -168,6 +168,9 @@ var guardianKinds = []struct {
 	{"ClusterRoleBinding", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, false},
 	{"Role", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, true},
 	{"RoleBinding", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, true},
+	// The policy that confines the guardian's writes: every scenario runs with it in place.
+	{"ValidatingAdmissionPolicy", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}, false},
+	{"ValidatingAdmissionPolicyBinding", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}, false},
 }
 
 // installGuardianIdentity creates the guardian's Namespace and ServiceAccount, applies the RBAC
