@@ -47,6 +47,8 @@ type Config struct {
 	// Excludes tells the namespaces left out whatever the selector says (options.Excludes: the
 	// platform's and the guardian's own, unless --platform-namespaces); nil excludes none.
 	Excludes func(namespace string) bool
+	// MaxSurgeReplicas is --max-surge-replicas; 0 means blocking.MaxSurge.
+	MaxSurgeReplicas int32
 	// NilKeepsCount is the LLMInferenceService replica semantics (see workload.PlanSurge).
 	NilKeepsCount bool
 	// HoldAll is --restore=pool: every surge of an update is held until the pool is Updated, so the
@@ -147,7 +149,8 @@ func newAnalysis(cl Cluster, cfg Config) *analysis {
 	}
 	// A prediction has no concurrency limit: the limit delays surges, it does not stall them.
 	a.stallCfg = guardian.StallConfig{
-		NamespaceSelector: cfg.NamespaceSelector, Excludes: cfg.Excludes, NilKeepsCount: cfg.NilKeepsCount, Predicting: true,
+		NamespaceSelector: cfg.NamespaceSelector, Excludes: cfg.Excludes, MaxSurgeReplicas: cfg.MaxSurgeReplicas,
+		NilKeepsCount: cfg.NilKeepsCount, Predicting: true,
 	}
 	return a
 }

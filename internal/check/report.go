@@ -48,6 +48,8 @@ var (
 	// SurgeFailed: the workload's Surge for this very update failed (its status says why); the
 	// guardian does not surge it again for the same drain.
 	SurgeFailed = verdictOf(guardian.StallSurgeFailed)
+	// SurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
+	SurgeTooLarge = verdictOf(guardian.StallSurgeTooLarge)
 	// Unknown: the pod's owner could not be read now (a cache miss, a timeout); the daemon looks
 	// again, and so should whoever runs `check`.
 	Unknown = verdictOf(guardian.StallUnknown)
@@ -57,7 +59,7 @@ func verdictOf(r guardian.StallReason) Verdict { return Verdict(r.String()) }
 
 // Verdicts lists every verdict, resolvable ones first.
 func Verdicts() []Verdict {
-	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity, SurgeFailed, Unknown}
+	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity, SurgeFailed, SurgeTooLarge, Unknown}
 }
 
 // Resolvable reports whether the guardian will resolve a pod with this verdict.

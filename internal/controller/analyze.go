@@ -29,9 +29,10 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 	}
 	return check.Analyze(cl, check.Config{
 		NamespaceSelector: c.nsSelector, PoolSelector: c.poolSelector, Excludes: c.opts.Excludes,
-		NilKeepsCount: c.kserve.nilKeepsCount(),
-		HoldAll:       c.opts.Restore == string(options.RestorePool),
-		ReadyTimes:    po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
+		MaxSurgeReplicas: int32(c.opts.MaxSurgeReplicas),
+		NilKeepsCount:    c.kserve.nilKeepsCount(),
+		HoldAll:          c.opts.Restore == string(options.RestorePool),
+		ReadyTimes:       po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
 	}), nil
 }
 

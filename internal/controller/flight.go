@@ -29,7 +29,20 @@ type flight struct {
 	trusted map[types.NamespacedName]trustedSurge
 	// recent holds the Surges this process created, with the replacements they book, until verified.
 	recent map[types.NamespacedName]recentSurge
+	// waiting holds the stalls deferred for a slot, by workload, until surged or no longer deferred.
+	waiting map[types.UID]waitingStall
 }
+
+// waitingStall is a stall deferred for a slot: since when, and when it was last deferred (an entry
+// not deferred again within waitingTTL is a stall that went away).
+type waitingStall struct {
+	namespace   string
+	since, seen time.Time
+}
+
+// waitingTTL bounds how long a deferred stall counts as waiting without being deferred again: it is
+// looked at again every guardian.DeferRetry while it waits.
+const waitingTTL = 3 * guardian.DeferRetry
 
 type trustedSurge struct {
 	uid   types.UID
@@ -46,7 +59,10 @@ type recentSurge struct {
 }
 
 func newFlight(clk clock.Clock, g *gauges) *flight {
-	return &flight{clock: clk, gauges: g, trusted: map[types.NamespacedName]trustedSurge{}, recent: map[types.NamespacedName]recentSurge{}}
+	return &flight{
+		clock: clk, gauges: g, trusted: map[types.NamespacedName]trustedSurge{},
+		recent: map[types.NamespacedName]recentSurge{}, waiting: map[types.UID]waitingStall{},
+	}
 }
 
 func keyOf(sg *v1alpha1.Surge) types.NamespacedName {
@@ -58,6 +74,37 @@ func (f *flight) created(sg *v1alpha1.Surge, replacements []*podinfo.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recent[keyOf(sg)] = recentSurge{at: f.clock.Now(), replacements: replacements}
+}
+
+// wait records that the workload's stall was deferred for a slot, and returns since when it waits.
+func (f *flight) wait(workload types.UID, namespace string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	w, ok := f.waiting[workload]
+	if !ok || now.Sub(w.seen) > waitingTTL {
+		w = waitingStall{namespace: namespace, since: now}
+	}
+	w.seen = now
+	f.waiting[workload] = w
+	return w.since
+}
+
+// unwait forgets a stall that no longer waits for a slot (surged, covered, or not deferred).
+func (f *flight) unwait(workload types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.waiting, workload)
+}
+
+// waitingSince returns since when the workload's stall waits for a slot; zero when it does not.
+func (f *flight) waitingSince(workload types.UID) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w, ok := f.waiting[workload]; ok && f.clock.Now().Sub(w.seen) <= waitingTTL {
+		return w.since
+	}
+	return time.Time{}
 }
 
 // verified records a Surge that passed verification, with its phase.
@@ -118,6 +165,10 @@ type inFlightView struct {
 	// unverified are the replacements booked by the Surges this process created but has not
 	// verified yet: the cache may not show them, nor their pods.
 	unverified []*podinfo.Pod
+	// byNamespace splits count by namespace (a fresh map the caller may change).
+	byNamespace map[string]int
+	// waiting lists the stalls that wait for a slot.
+	waiting []guardian.WaitingStall
 }
 
 // view returns the Surges in flight. cached is what the informer holds now: a trusted Surge it no
@@ -125,13 +176,14 @@ type inFlightView struct {
 func (f *flight) view(cached []*v1alpha1.Surge) inFlightView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var v inFlightView
+	v := inFlightView{byNamespace: map[string]int{}}
 	for _, sg := range cached {
 		if _, recent := f.recent[keyOf(sg)]; recent {
 			continue
 		}
 		if t, ok := f.trusted[keyOf(sg)]; ok && t.uid == sg.UID && guardian.InFlight(sg.PhaseOf()) {
 			v.trusted = append(v.trusted, sg)
+			v.byNamespace[sg.Namespace]++
 		}
 	}
 	now := f.clock.Now()
@@ -141,8 +193,16 @@ func (f *flight) view(cached []*v1alpha1.Surge) inFlightView {
 			continue
 		}
 		v.unverified = append(v.unverified, r.replacements...)
+		v.byNamespace[key.Namespace]++
 		v.count++
 	}
 	v.count += len(v.trusted)
+	for uid, w := range f.waiting {
+		if now.Sub(w.seen) > waitingTTL {
+			delete(f.waiting, uid)
+			continue
+		}
+		v.waiting = append(v.waiting, guardian.WaitingStall{Workload: uid, Namespace: w.namespace, Since: w.since})
+	}
 	return v
 }

@@ -21,6 +21,7 @@ func (c *Controller) stallConfig() guardian.StallConfig {
 	return guardian.StallConfig{
 		NamespaceSelector: c.nsSelector, Excludes: c.opts.Excludes,
 		NilKeepsCount: c.kserve.nilKeepsCount(), MaxInFlight: c.opts.MaxConcurrentSurge,
+		MaxInFlightPerNamespace: c.opts.PerNamespaceLimit(), MaxSurgeReplicas: int32(c.opts.MaxSurgeReplicas),
 	}
 }
 
@@ -93,7 +94,10 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 	c.exec.admit(ctx, func() []*surgeStart {
 		view := c.flight.view(c.surges.List())
 		wave := obs.wave
-		wave.InFlight = view.count
+		wave.InFlight, wave.InFlightByNamespace, wave.Waiting = view.count, view.byNamespace, view.waiting
+		for i := range wave.Stalls {
+			wave.Stalls[i].WaitingSince = c.flight.waitingSince(controllerOf(wave.Stalls[i].Pod))
+		}
 		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view))
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart

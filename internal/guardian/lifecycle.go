@@ -96,6 +96,8 @@ const (
 	ReasonUnsatisfiable  = "UnsatisfiablePDB"
 	ReasonUnsupported    = "UnsupportedOwner"
 	ReasonNoCapacity     = "NoCapacity"
+	// ReasonSurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
+	ReasonSurgeTooLarge = "SurgeTooLarge"
 	// ReasonPredictionMissed: a look-ahead surge's node is no longer among the MCO's next targets
 	// (pool paused, order changed, target reverted) before its drain.
 	ReasonPredictionMissed = "PredictionMissed"

@@ -29,12 +29,15 @@ const (
 	StallNoCapacity
 	// StallSurgeFailed: the workload's Surge for this very drain failed; it was reported then.
 	StallSurgeFailed
-	// StallDeferred: --max-concurrent-surges stalls are being served.
+	// StallDeferred: --max-concurrent-surges stalls are being served, the namespace holds
+	// --max-concurrent-surges-per-namespace of them, or the free slots go first to other namespaces.
 	StallDeferred
 	// StallLookaheadSkipped: a look-ahead surge waits for spare capacity or a spare slot.
 	StallLookaheadSkipped
 	// StallPDBStatusBehind: the PDB's status lags behind a pod that just turned Ready.
 	StallPDBStatusBehind
+	// StallSurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
+	StallSurgeTooLarge
 )
 
 type reasonNames struct{ verdict, event string }
@@ -56,6 +59,7 @@ var reasonTable = map[StallReason]reasonNames{
 	StallDeferred:         {"deferred", "SurgeDeferred"},
 	StallLookaheadSkipped: {"lookahead-skipped", ""},
 	StallPDBStatusBehind:  {"pdb-status-behind", ""},
+	StallSurgeTooLarge:    {"surge-too-large", ReasonSurgeTooLarge},
 }
 
 // String is the reason's verdict, as `check` prints it.
@@ -69,7 +73,7 @@ func (r StallReason) EventReason() string { return reasonTable[r].event }
 // and stalls a predicted drain.
 func (r StallReason) Unresolvable() bool {
 	switch r {
-	case StallUnsupportedOwner, StallMissingRBAC, StallMultiplePDBs, StallUnsatisfiablePDB, StallNoCapacity, StallSurgeFailed:
+	case StallUnsupportedOwner, StallMissingRBAC, StallMultiplePDBs, StallUnsatisfiablePDB, StallNoCapacity, StallSurgeFailed, StallSurgeTooLarge:
 		return true
 	}
 	return false

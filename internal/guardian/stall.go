@@ -63,6 +63,11 @@ type StallConfig struct {
 	NilKeepsCount bool
 	// MaxInFlight is --max-concurrent-surges; 0 means no limit (a prediction).
 	MaxInFlight int
+	// MaxInFlightPerNamespace is --max-concurrent-surges-per-namespace; 0 means no limit.
+	MaxInFlightPerNamespace int
+	// MaxSurgeReplicas is --max-surge-replicas, the replicas one surge may add; 0 means
+	// blocking.MaxSurge.
+	MaxSurgeReplicas int32
 	// Predicting is set by `check`: a Failed Surge of an earlier drain counts as already deleted,
 	// as the daemon deletes it before deciding again.
 	Predicting bool
@@ -81,6 +86,8 @@ type Stall struct {
 	Owner           Owner
 	// Existing is the workload's Surge, of any phase; nil when it has none.
 	Existing *v1alpha1.Surge
+	// WaitingSince is when the stall was first deferred for a slot; zero when it never was.
+	WaitingSince time.Time
 }
 
 // Lookahead is what a look-ahead surge may use: only spare capacity, never the room a stall being
@@ -105,11 +112,25 @@ type Wave struct {
 	Stalls       []Stall
 	// InFlight counts the Surges serving a stall now, including those created but not yet cached.
 	InFlight int
+	// InFlightByNamespace splits InFlight by namespace; DecideStalls adds the surges it decides.
+	InFlightByNamespace map[string]int
+	// Waiting lists the stalls deferred for a slot, of any node, that still wait: a freed slot goes
+	// first to the namespace with the fewest surges in flight, then to the oldest stall.
+	Waiting []WaitingStall
 	// Ledger is the capacity the wave's surges book against; shared by every wave of one sync or
 	// of one prediction step.
 	Ledger *Ledger
 	// Lookahead is the room for look-ahead surges (Drain.Trigger TriggerMCOPredicted); nil means none.
 	Lookahead *Lookahead
+}
+
+// WaitingStall is a stall deferred for want of a slot.
+type WaitingStall struct {
+	// Workload identifies the stall (the UID of the blocked pod's controller).
+	Workload  types.UID
+	Namespace string
+	// Since is when it was first deferred.
+	Since time.Time
 }
 
 // Decision is what the guardian does about one blocked pod.
@@ -157,6 +178,10 @@ func DecideStalls(cfg StallConfig, w Wave) []Decision {
 		if d.Outcome == OutcomeSurge {
 			w.Ledger.Book(st.Pod, int(d.Delta))
 			w.InFlight++
+			if w.InFlightByNamespace == nil {
+				w.InFlightByNamespace = map[string]int{}
+			}
+			w.InFlightByNamespace[st.Pod.Namespace]++
 		}
 		out[i] = d
 	}
@@ -202,6 +227,12 @@ func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
 	}
 	if why != "" {
 		return d.with(OutcomeUnresolvable, StallUnsatisfiablePDB, "%s", DescribePDB(st.PDB, why))
+	}
+	if cfg.MaxSurgeReplicas > 0 && delta > cfg.MaxSurgeReplicas {
+		// A tenant's budget (minAvailable: 90% of one replica) must not make the guardian hand it
+		// nine GPUs: the stall is reported with the number instead.
+		return d.with(OutcomeUnresolvable, StallSurgeTooLarge, "PDB %s allows a disruption only with %d added replicas, more than --max-surge-replicas=%d",
+			st.PDB.Name, delta, cfg.MaxSurgeReplicas)
 	}
 	fields, err := workload.PlanSurge(obj, t, po.Replicas, delta, cfg.NilKeepsCount)
 	if err != nil {
@@ -315,8 +346,44 @@ func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	if cfg.MaxInFlight > 0 && lookahead && w.InFlight+1 >= cfg.MaxInFlight {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
 	}
-	if cfg.MaxInFlight > 0 && w.InFlight >= cfg.MaxInFlight {
+	return slot(cfg, w, st, d)
+}
+
+// slot decides whether the stall gets one of the --max-concurrent-surges slots now. One namespace
+// never holds more than --max-concurrent-surges-per-namespace of them, and when stalls of other
+// namespaces wait, a free slot goes first to the namespace with the fewest surges in flight, then
+// to the stall that has waited longest: no tenant can keep another's stall waiting by having more.
+func slot(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
+	ns := st.Pod.Namespace
+	mine := w.InFlightByNamespace[ns]
+	if cfg.MaxInFlightPerNamespace > 0 && mine >= cfg.MaxInFlightPerNamespace {
+		return d.with(OutcomeDefer, StallDeferred, "namespace %s has %d surges in flight (--max-concurrent-surges-per-namespace=%d): waiting",
+			ns, mine, cfg.MaxInFlightPerNamespace)
+	}
+	if cfg.MaxInFlight <= 0 {
+		return d.with(OutcomeSurge, StallNone, "")
+	}
+	free := cfg.MaxInFlight - w.InFlight
+	if free <= 0 {
 		return d.with(OutcomeDefer, StallDeferred, "%d stalls are being served (--max-concurrent-surges=%d): waiting", w.InFlight, cfg.MaxInFlight)
+	}
+	since := st.WaitingSince
+	ahead := 0
+	for _, o := range w.Waiting {
+		if o.Namespace == ns {
+			continue
+		}
+		theirs := w.InFlightByNamespace[o.Namespace]
+		if cfg.MaxInFlightPerNamespace > 0 && theirs >= cfg.MaxInFlightPerNamespace {
+			continue // it waits for its own namespace's surges, not for a free slot
+		}
+		if theirs < mine || (theirs == mine && (since.IsZero() || o.Since.Before(since))) {
+			ahead++
+		}
+	}
+	if ahead >= free {
+		return d.with(OutcomeDefer, StallDeferred, "%d free surge slot(s) go first to %d stall(s) of namespaces with fewer surges in flight or waiting longer",
+			free, ahead)
 	}
 	return d.with(OutcomeSurge, StallNone, "")
 }

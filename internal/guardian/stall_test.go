@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,9 @@ import (
 )
 
 const gpu = corev1.ResourceName("nvidia.com/gpu")
+
+// t0 is the time the fairness cases count waiting from.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // fixture is a cluster of GPU nodes and one-replica Deployments, each with one pod on w1 guarded by
 // a minAvailable-1 PDB: every pod blocks w1's drain.
@@ -211,6 +215,37 @@ func TestDecideStallsOutcomes(t *testing.T) {
 			outcome: OutcomeDefer, reason: StallDeferred, detail: "--max-concurrent-surges=2", inScope: true},
 		{name: "below the concurrency limit", cfg: StallConfig{MaxInFlight: 2}, mutate: func(_ *fixture, w *Wave) { w.InFlight = 1 },
 			outcome: OutcomeSurge, inScope: true},
+		// A one-replica workload under minAvailable: 90% needs nine more replicas: a tenant's budget must
+		// not hand it nine GPUs.
+		{name: "surge too large", cfg: StallConfig{MaxSurgeReplicas: 2}, mutate: func(_ *fixture, w *Wave) {
+			w.Stalls[0].PDB = &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "llama"},
+				Spec:   policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromString("90%"))},
+				Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}}
+		}, outcome: OutcomeUnresolvable, reason: StallSurgeTooLarge, detail: "9 added replicas, more than --max-surge-replicas=2", inScope: true},
+		{name: "surge within --max-surge-replicas", cfg: StallConfig{MaxSurgeReplicas: 1}, outcome: OutcomeSurge, inScope: true},
+		{name: "namespace at its limit", cfg: StallConfig{MaxInFlight: 3, MaxInFlightPerNamespace: 2}, mutate: func(_ *fixture, w *Wave) {
+			w.InFlight, w.InFlightByNamespace = 2, map[string]int{"models": 2}
+		}, outcome: OutcomeDefer, reason: StallDeferred, detail: "--max-concurrent-surges-per-namespace=2", inScope: true},
+		// One team's models with nobody else waiting use every slot their namespace may have.
+		{name: "namespace below its limit, nobody waiting", cfg: StallConfig{MaxInFlight: 3, MaxInFlightPerNamespace: 2}, mutate: func(_ *fixture, w *Wave) {
+			w.InFlight, w.InFlightByNamespace = 1, map[string]int{"models": 1}
+		}, outcome: OutcomeSurge, inScope: true},
+		// The last free slot goes to the namespace with fewer surges in flight.
+		{name: "free slot goes to a namespace with fewer in flight", cfg: StallConfig{MaxInFlight: 3}, mutate: func(_ *fixture, w *Wave) {
+			w.InFlight, w.InFlightByNamespace = 2, map[string]int{"models": 2}
+			w.Waiting = []WaitingStall{{Workload: "other", Namespace: "team-b", Since: t0.Add(time.Minute)}}
+			w.Stalls[0].WaitingSince = t0
+		}, outcome: OutcomeDefer, reason: StallDeferred, detail: "go first to 1 stall(s)", inScope: true},
+		// With as many in flight, the stall that waited longest goes first.
+		{name: "free slot goes to the oldest stall", cfg: StallConfig{MaxInFlight: 3}, mutate: func(_ *fixture, w *Wave) {
+			w.InFlight, w.InFlightByNamespace = 2, map[string]int{"models": 1, "team-b": 1}
+			w.Waiting = []WaitingStall{{Workload: "other", Namespace: "team-b", Since: t0.Add(time.Minute)}}
+			w.Stalls[0].WaitingSince = t0
+		}, outcome: OutcomeSurge, inScope: true},
+		{name: "a stall waiting for its own namespace's limit takes no free slot", cfg: StallConfig{MaxInFlight: 3, MaxInFlightPerNamespace: 1}, mutate: func(_ *fixture, w *Wave) {
+			w.InFlight, w.InFlightByNamespace = 1, map[string]int{"team-b": 1}
+			w.Waiting = []WaitingStall{{Workload: "other", Namespace: "team-b", Since: t0}}
+		}, outcome: OutcomeSurge, inScope: true},
 		{name: "look-ahead without room", mutate: func(_ *fixture, w *Wave) { w.Drain.Trigger = TriggerMCOPredicted },
 			outcome: OutcomeDefer, reason: StallLookaheadSkipped, inScope: true},
 		{name: "look-ahead while capacity is wanted", mutate: func(_ *fixture, w *Wave) {

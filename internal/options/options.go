@@ -75,10 +75,15 @@ type Options struct {
 	PlatformNamespaces bool
 	PoolSelector       string
 	MaxConcurrentSurge int
-	Lookahead          int
-	Workers            int
-	ResyncPeriod       time.Duration
-	LLMNilSemantics    string
+	// MaxConcurrentSurgePerNamespace bounds one namespace's stalls in flight; 0 means one less than
+	// MaxConcurrentSurge (at least 1), so that a slot is always left for another namespace.
+	MaxConcurrentSurgePerNamespace int
+	// MaxSurgeReplicas bounds the replicas one surge adds.
+	MaxSurgeReplicas int
+	Lookahead        int
+	Workers          int
+	ResyncPeriod     time.Duration
+	LLMNilSemantics  string
 
 	LogFormat string
 	LogLevel  string
@@ -133,6 +138,7 @@ func NewOptions() *Options {
 		EvictTimeout:            10 * time.Minute,
 		CordonGracePeriod:       10 * time.Minute,
 		MaxConcurrentSurge:      3,
+		MaxSurgeReplicas:        2,
 		Lookahead:               1,
 		Workers:                 2,
 		ResyncPeriod:            10 * time.Minute,
@@ -173,6 +179,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.PlatformNamespaces, "platform-namespaces", o.PlatformNamespaces, "Also act in kube-*, openshift-* and the guardian's own namespace (their operators manage their own disruption; the shipped ValidatingAdmissionPolicy refuses these writes unless changed too).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
+	fs.IntVar(&o.MaxConcurrentSurgePerNamespace, "max-concurrent-surges-per-namespace", o.MaxConcurrentSurgePerNamespace, "At most this many of the --max-concurrent-surges stalls from one namespace (0: one less than --max-concurrent-surges, at least 1, so a slot is always left for another namespace); a freed slot goes first to the namespace with the fewest in flight.")
+	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")
@@ -246,6 +254,12 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {
 		bad("retry-period", "must be shorter than --renew-deadline (%s) divided by 1.2, got %s", o.RenewDeadline, o.RetryPeriod)
 	}
+	if o.MaxConcurrentSurgePerNamespace < 0 || o.MaxConcurrentSurgePerNamespace > o.MaxConcurrentSurge {
+		bad("max-concurrent-surges-per-namespace", "must be between 0 and --max-concurrent-surges (%d), got %d", o.MaxConcurrentSurge, o.MaxConcurrentSurgePerNamespace)
+	}
+	if o.MaxSurgeReplicas < 1 || o.MaxSurgeReplicas > 10 {
+		bad("max-surge-replicas", "must be between 1 and 10, got %d", o.MaxSurgeReplicas)
+	}
 	if o.MaxConcurrentSurge < 1 {
 		bad("max-concurrent-surges", "must be at least 1, got %d", o.MaxConcurrentSurge)
 	}
@@ -280,6 +294,15 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// PerNamespaceLimit is the number of stalls one namespace may have in flight (see
+// MaxConcurrentSurgePerNamespace).
+func (o *Options) PerNamespaceLimit() int {
+	if o.MaxConcurrentSurgePerNamespace > 0 {
+		return o.MaxConcurrentSurgePerNamespace
+	}
+	return max(1, o.MaxConcurrentSurge-1)
 }
 
 // Excludes reports whether the namespace is the platform's, out of the guardian's scope unless
