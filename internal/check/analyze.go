@@ -38,6 +38,8 @@ type Cluster struct {
 	Workloads Workloads
 	// Surge returns the Surge of a target, of any phase, or nil; nil when Surges are not known.
 	Surge func(*workload.Target) *v1alpha1.Surge
+	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
+	Devices *blocking.Devices
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -160,7 +162,8 @@ func (a *analysis) pool(name string, selected bool, drain string, maxUnavailable
 		if !a.cfg.HoldAll {
 			held = nil
 		}
-		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...))
+		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...)).
+			WithDevices(func() *blocking.Devices { return a.cl.Devices })
 		var slowest time.Duration
 		for _, n := range wave {
 			node := Node{Name: n.Name, Stage: stage[n.Name], Wave: start/p.MaxUnavailable + 1}

@@ -49,7 +49,8 @@ func (c *Controller) surgeOf(t *workload.Target) *v1alpha1.Surge {
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
 	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: append(c.pendingReplacements(view.trusted), view.unverified...), Surge: c.surgeOf}
+	cl := check.Cluster{Workloads: c.store, Pending: append(c.pendingReplacements(view.trusted), view.unverified...), Surge: c.surgeOf,
+		Devices: c.devices()}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

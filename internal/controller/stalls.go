@@ -91,7 +91,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		view := c.flight.view(c.surges.List())
 		wave := obs.wave
 		wave.InFlight = view.count
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, append(c.pendingReplacements(view.trusted), view.unverified...))
+		wave.Ledger = guardian.NewLazyLedger(c.candidates, append(c.pendingReplacements(view.trusted), view.unverified...)).WithDevices(c.devices)
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {

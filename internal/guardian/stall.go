@@ -302,10 +302,15 @@ func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	if lookahead && !lookaheadFits(w, st.Pod, delta) {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
 	}
-	if placed, missing := w.Ledger.Fit(st.Pod, delta); placed < delta {
-		d.Missing = missing
+	if placed, short := w.Ledger.Fit(st.Pod, delta); placed < delta {
+		d.Missing = short.Resources
+		if short.Unsure != "" {
+			return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s; "+
+				"devices the count cannot judge (%s) are not counted unless --dra-unknown-fits is set",
+				delta-placed, delta, blocking.DescribeResources(short.Resources), short.Unsure)
+		}
 		return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s",
-			delta-placed, delta, blocking.DescribeResources(missing))
+			delta-placed, delta, blocking.DescribeResources(short.Resources))
 	}
 	if cfg.MaxInFlight > 0 && lookahead && w.InFlight+1 >= cfg.MaxInFlight {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
