@@ -113,7 +113,7 @@ func New() *Metrics {
 		}, []string{"resource"}),
 		MissingCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "missing_capacity",
-			Help: "Resources requested by replacements that fit on no node, for stalls deferred with NoCapacity.",
+			Help: "Resources requested by replacements that fit on no node, for stalls deferred with NoCapacity; DRA devices as deviceclass.resource.kubernetes.io/<class>.",
 		}, []string{"pool", "resource"}),
 		WriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "write_errors_total",
