@@ -37,7 +37,42 @@ func (c *Controller) watchDevices() error {
 	} {
 		c.synced = append(c.synced, inf.HasSynced)
 	}
+	if _, err := r.ResourceClaims().Informer().AddEventHandler(c.claimHandler()); err != nil {
+		return err
+	}
+	if _, err := r.ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.onDevicesFreed() },
+		UpdateFunc: func(any, any) { c.onDevicesFreed() },
+	}); err != nil {
+		return err
+	}
 	return nil
+}
+
+// claimHandler re-examines the stalls deferred for capacity when a claim is deallocated or deleted:
+// the resource claim controller does so after the claim's pod is gone, so the pod's own deletion
+// event came too early to see the device free.
+func (c *Controller) claimHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			if allocated(old) && !allocated(obj) {
+				c.onDevicesFreed()
+			}
+		},
+		DeleteFunc: func(any) { c.onDevicesFreed() },
+	}
+}
+
+// onDevicesFreed re-examines the stalls deferred for capacity: a device may be free now.
+func (c *Controller) onDevicesFreed() {
+	for _, n := range c.drains.wantingNodes() {
+		c.enqueueNode(n)
+	}
+}
+
+func allocated(obj any) bool {
+	claim, ok := obj.(*resourcev1.ResourceClaim)
+	return ok && claim.Status.Allocation != nil
 }
 
 // devices is the DRA side of the capacity ledger (see blocking.Devices), read from the caches now;

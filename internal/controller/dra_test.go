@@ -120,6 +120,26 @@ func TestDRATemplateClaimWithoutAFreeDeviceIsNoCapacity(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.MissingCapacity.WithLabelValues("worker", res)); got != 1 {
 		t.Errorf("missing_capacity{resource=%q} = %v, want 1", res, got)
 	}
+
+	// The claim holding w2's GPU is deallocated: the stall is looked at again at once.
+	for h.c.queue.Len() > 0 {
+		k, _ := h.c.queue.Get()
+		h.c.queue.Done(k)
+	}
+	busy := allocatedClaim("other-gpu", "w2", true)
+	freed := busy.DeepCopy()
+	freed.Status.Allocation = nil
+	h.c.claimHandler().OnUpdate(busy, busy)
+	if n := h.c.queue.Len(); n != 0 {
+		t.Fatalf("%d keys queued for a claim update that freed nothing", n)
+	}
+	h.c.claimHandler().OnUpdate(busy, freed)
+	if h.c.queue.Len() != 1 {
+		t.Fatalf("%d keys queued after a device was freed, want node w1", h.c.queue.Len())
+	}
+	if k, _ := h.c.queue.Get(); k.Node != "w1" {
+		t.Fatalf("queued %v after a device was freed, want node w1", k)
+	}
 }
 
 // A shared ResourceClaim stays with its devices: the replacement takes no new one, and surges
