@@ -226,7 +226,7 @@ func DescribeResources(rl corev1.ResourceList) string {
 	}
 	rank := func(name string) int {
 		switch {
-		case strings.HasPrefix(name, resourcev1.ResourceDeviceClassPrefix):
+		case IsDevices(name):
 			return 0
 		case IsExtended(name):
 			return 1

@@ -82,15 +82,24 @@ func empty(n dra.Need) bool {
 	return len(n.Requests) == 0 && len(n.Pinned) == 0 && n.Unresolved == ""
 }
 
-// missing is what one copy of pod that fits nowhere lacks: its requests, and per DeviceClass the
-// devices its claims ask (the first alternative of each request; one for allocationMode All).
+// missing is what one copy of pod that fits nowhere lacks (see Devices.Requests).
 func (b *deviceBook) missing(pod *podinfo.Pod) corev1.ResourceList {
+	if b == nil {
+		return (*Devices)(nil).Requests(pod)
+	}
+	return b.d.Requests(pod)
+}
+
+// Requests is what one replacement of pod asks: its requests and, per DeviceClass (named as
+// DeviceClassResource), the devices its claims ask anew (the first alternative of each request; one
+// for allocationMode All). Without devices (nil), its requests.
+func (d *Devices) Requests(pod *podinfo.Pod) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	addTo(out, pod.Spec.Requests)
-	if b == nil {
+	if d == nil {
 		return out
 	}
-	for _, r := range b.claims(pod).Requests {
+	for _, r := range dra.NeedOf(pod.Namespace, pod.Spec.ResourceClaims, d.Objects).Requests {
 		a := r.Alternatives[0]
 		n := a.Count
 		if a.All {
@@ -102,6 +111,12 @@ func (b *deviceBook) missing(pod *podinfo.Pod) corev1.ResourceList {
 		out[name] = q
 	}
 	return out
+}
+
+// IsDevices reports whether a resource name counts the devices of a DeviceClass (see
+// DeviceClassResource).
+func IsDevices(name string) bool {
+	return strings.HasPrefix(name, resourcev1.ResourceDeviceClassPrefix)
 }
 
 // unsure lists, sorted, why placements on devices the count cannot judge were refused.

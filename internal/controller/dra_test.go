@@ -184,4 +184,20 @@ func TestDRAPredictedMissingDevice(t *testing.T) {
 		t.Errorf("predicted_blocks{verdict=no-capacity} = %v, want 1", got)
 	}
 	requireEvent(t, h.events(), corev1.EventTypeWarning, ReasonUpdateWillStall, "no-capacity", "device of class "+gpuClass)
+	res := "deviceclass.resource.kubernetes.io/" + gpuClass
+	if got := testutil.ToFloat64(h.metrics.PredictedMissingCapacity.WithLabelValues("worker", res)); got != 1 {
+		t.Errorf("predicted_missing_capacity{resource=%q} = %v, want 1", res, got)
+	}
+
+	// With w2's GPU free the surge is predicted to take it.
+	objs = draCluster(fromTemplate, false, false)
+	objs[1], objs[3] = draNode("w1"), workerPool(false)
+	r, err := newHarnessServing(t, nil, []*metav1.APIResourceList{draAPI}, objs...).c.Predict(PredictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := check.Resource{Name: res, Peak: 1, Free: 1}
+	if got := r.Pools[0].Plan.Resources; len(got) != 1 || got[0] != want {
+		t.Errorf("plan resources %+v, want %+v", got, want)
+	}
 }
