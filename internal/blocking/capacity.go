@@ -65,6 +65,9 @@ type Shortfall struct {
 	Resources corev1.ResourceList
 	// Unsure says why devices the count cannot judge were not counted (see Devices.UnknownFits).
 	Unsure string
+	// Refused says why devices were refused for a reason other than their number: a claim or
+	// template not found, a shared claim's devices out of the node's reach.
+	Refused string
 }
 
 // Fit places, in order, the pending pods (replacements other surges are waiting for, which the
@@ -118,7 +121,7 @@ func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate
 		}
 		addTo(short.Resources, book.missing(pod))
 	}
-	short.Unsure = book.unsure()
+	short.Unsure, short.Refused = book.reasons()
 	return placed, short
 }
 

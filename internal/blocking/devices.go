@@ -31,18 +31,20 @@ func DeviceClassResource(class string) corev1.ResourceName {
 }
 
 // deviceBook is one Fit's view of the devices: a clone of the inventory that the placements of that
-// Fit book on, and why placements the count could not judge were refused.
+// Fit book on; why placements the count could not judge were refused (unknown), and why others were
+// refused for a reason other than missing devices (refused: a claim not found, a shared claim's
+// devices out of reach).
 type deviceBook struct {
-	d       *Devices
-	inv     *dra.Inventory
-	unknown map[string]bool
+	d                *Devices
+	inv              *dra.Inventory
+	unknown, refused map[string]bool
 }
 
 func newDeviceBook(d *Devices) *deviceBook {
 	if d == nil || d.Inventory == nil {
 		return nil
 	}
-	return &deviceBook{d: d, inv: d.Inventory.Clone(), unknown: map[string]bool{}}
+	return &deviceBook{d: d, inv: d.Inventory.Clone(), unknown: map[string]bool{}, refused: map[string]bool{}}
 }
 
 // claims is the need of the pod's own claims (see dra.NeedOf), the same on every node.
@@ -72,8 +74,11 @@ func (b *deviceBook) take(node *corev1.Node, need dra.Need) bool {
 		return true
 	}
 	r := b.inv.Take(node, need, b.d.UnknownFits)
-	if r.Verdict == dra.Unknown && !b.d.UnknownFits {
+	switch {
+	case r.Verdict == dra.Unknown && !b.d.UnknownFits:
 		b.unknown[r.Reason] = true
+	case r.Verdict == dra.DoesNotFit && r.Reason != "":
+		b.refused[r.Reason] = true
 	}
 	return r.Verdict == dra.Fits || (r.Verdict == dra.Unknown && b.d.UnknownFits)
 }
@@ -119,13 +124,18 @@ func IsDevices(name string) bool {
 	return strings.HasPrefix(name, resourcev1.ResourceDeviceClassPrefix)
 }
 
-// unsure lists, sorted, why placements on devices the count cannot judge were refused.
-func (b *deviceBook) unsure() string {
-	if b == nil || len(b.unknown) == 0 {
-		return ""
+// reasons lists, sorted, why placements on devices the count cannot judge were refused, and why
+// others were refused for a reason other than missing devices.
+func (b *deviceBook) reasons() (unsure, refused string) {
+	if b == nil {
+		return "", ""
 	}
-	out := make([]string, 0, len(b.unknown))
-	for r := range b.unknown {
+	return joinSorted(b.unknown), joinSorted(b.refused)
+}
+
+func joinSorted(set map[string]bool) string {
+	out := make([]string, 0, len(set))
+	for r := range set {
 		out = append(out, r)
 	}
 	sort.Strings(out)
@@ -136,5 +146,6 @@ func (b *deviceBook) unsure() string {
 func (b *deviceBook) forget() {
 	if b != nil {
 		clear(b.unknown)
+		clear(b.refused)
 	}
 }

@@ -80,3 +80,14 @@ func TestFitCountsExtendedResourcesServedByDevices(t *testing.T) {
 		t.Errorf("placed %d missing %v without the mapping, want 0 and 1 nvidia.com/gpu", placed, short.Resources)
 	}
 }
+
+// A replacement whose ResourceClaimTemplate does not exist fits nowhere, and the shortfall says why.
+func TestFitSaysWhyAClaimIsRefused(t *testing.T) {
+	devs := oneGPUPerNode(false, "node-b")
+	pod := claimPod("blocked", "node-a")
+	pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("deleted")
+	placed, short := Fit(pod, 1, nil, candidates([]cand{{Node: readyNode("node-b", 0)}}), devs)
+	if placed != 0 || short.Refused != "ResourceClaimTemplate models/deleted not found" {
+		t.Errorf("placed %d refused %q, want 0 and the template not found", placed, short.Refused)
+	}
+}
