@@ -28,6 +28,9 @@ type model struct {
 	// the Deployment's count (1 when 0).
 	readyDelay string
 	replicas   int32
+	// claimTemplate: the Deployment's pods take their GPU through a claim made from this
+	// ResourceClaimTemplate (Dynamic Resource Allocation) instead of requesting nvidia.com/gpu.
+	claimTemplate string
 }
 
 // selector selects the model's pods.
@@ -90,6 +93,11 @@ func (s *scenario) createModel(m model) {
 		s.createModelPDB(testbed.MinAvailablePDB(s.ns, m.name, app))
 	default:
 		labels := map[string]string{"app": m.name}
+		spec := testbed.ModelPodSpec(s.pool, labels)
+		if m.claimTemplate != "" {
+			spec.Containers[0].Resources = corev1.ResourceRequirements{}
+			controlplane.UseClaimTemplate(&spec, m.claimTemplate)
+		}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: s.ns},
 			Spec: appsv1.DeploymentSpec{
@@ -97,7 +105,7 @@ func (s *scenario) createModel(m model) {
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{controlplane.ReadyDelayAnnotation: delay}},
-					Spec:       testbed.ModelPodSpec(s.pool, labels),
+					Spec:       spec,
 				},
 			},
 		}
@@ -116,6 +124,13 @@ func (s *scenario) createModel(m model) {
 // left.
 func testOneSpareGPU(t *testing.T, name string, models []model) {
 	s := newScenario(t, name, gpuNodes(5, 1), "", selectors(models)...)
+	s.updateWithOneSpareGPU(models)
+}
+
+// updateWithOneSpareGPU creates the models on the scenario's pool, which has one GPU more than they
+// take, and runs the pool's update with the guardian's default flags (see testOneSpareGPU).
+func (s *scenario) updateWithOneSpareGPU(models []model) {
+	t := s.t
 	for _, m := range models {
 		s.createModel(m)
 	}

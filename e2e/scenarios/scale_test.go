@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -48,16 +49,19 @@ type scaleShape struct {
 	services, serviceReplicas   int // PDB allowing one disruption
 	singles                     int // single-replica services on idle pools, PDB allowing none
 	namespaces                  int
+	// gpuSlices nodes, the first ones, publish a ResourceSlice of eight DRA GPUs each: what the
+	// guardian's DRA caches hold (the models keep their nvidia.com/gpu requests).
+	gpuSlices int
 }
 
 func (s scaleShape) nodes() int { return s.idlePools*s.idleNodesPerPool + s.stallNodes }
 func (s scaleShape) pods() int  { return s.models + s.services*s.serviceReplicas + s.singles }
 func (s scaleShape) pdbs() int  { return s.models + s.services + s.singles }
 
-// fleet is 1,000 nodes, 30,000 pods and 3,000 PDBs.
+// fleet is 1,000 nodes, 30,000 pods, 3,000 PDBs and 1,000 ResourceSlices.
 var fleet = scaleShape{
 	idlePools: 3, idleNodesPerPool: 325, stallNodes: 25, models: 20,
-	services: 2700, serviceReplicas: 11, singles: 280, namespaces: 50,
+	services: 2700, serviceReplicas: 11, singles: 280, namespaces: 50, gpuSlices: 1000,
 }
 
 // TestBenchScale builds a large cluster on the test bed (1,000 kwok nodes in four pools, 30,000 pods,
@@ -236,6 +240,15 @@ func (b *scaleBed) createNodesAndPools() {
 		_, err := testBed.CP.AddFakeNode(b.ctx, n.name, l, []string{"zone-a", "zone-b", "zone-c"}[i%3], n.gpus, "64", "256Gi")
 		return err
 	})
+	if s.gpuSlices > 0 {
+		if err := testBed.CP.CreateGPUDeviceClass(b.ctx); err != nil && !apierrors.IsAlreadyExists(err) {
+			b.t.Fatal(err)
+		}
+		b.parallel(min(s.gpuSlices, len(nodes)), 16, func(i int) error {
+			_, err := testBed.CP.PublishGPUDevices(b.ctx, nodes[i].name, 8)
+			return err
+		})
+	}
 	for p := range s.idlePools + 1 {
 		name := b.poolName(p)
 		sel := map[string]string{testbed.PoolLabel: name}
@@ -564,8 +577,8 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func formatScale(s scaleShape, setup, synced time.Duration, heap [3]float64, hwmKiB [2]float64, idle time.Duration, idleCPU float64,
 	lat []time.Duration, resolved float64, writes map[string]float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d nodes (%d pools), %d pods, %d PDBs (%d blocking); setup with a 300 requests/s client took %v. MCO simulator TIME_SCALE %v.\n\n",
-		s.nodes(), s.idlePools+1, s.pods(), s.pdbs(), s.models+s.singles, setup.Round(time.Second), suiteTimeScale)
+	fmt.Fprintf(&b, "%d nodes (%d pools), %d pods, %d PDBs (%d blocking), %d ResourceSlices of 8 DRA GPUs; setup with a 300 requests/s client took %v. MCO simulator TIME_SCALE %v.\n\n",
+		s.nodes(), s.idlePools+1, s.pods(), s.pdbs(), s.models+s.singles, s.gpuSlices, setup.Round(time.Second), suiteTimeScale)
 	b.WriteString("| measure | value | goal |\n| --- | ---: | ---: |\n")
 	total, perStall := 0.0, 0.0
 	keys := make([]string, 0, len(writes))

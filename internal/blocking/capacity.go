@@ -1,10 +1,12 @@
 package blocking
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -49,30 +51,45 @@ func addTo(sum, add corev1.ResourceList) {
 // allocatable resources for every resource the pod requests (nvidia.com/gpu included).
 func FitsElsewhere(pod *podinfo.Pod, candidates []Candidate) (string, bool) {
 	for _, c := range candidates {
-		if fits(pod, pod.Spec.NodeName, c) {
+		if fits(pod, pod.Spec.Requests, pod.Spec.NodeName, c) {
 			return c.Node.Name, true
 		}
 	}
 	return "", false
 }
 
+// Shortfall is what the copies of a pod that fit nowhere lack.
+type Shortfall struct {
+	// Resources is what they request: resources by name, devices of a DeviceClass as
+	// DeviceClassResource.
+	Resources corev1.ResourceList
+	// Unsure says why devices the count cannot judge were not counted (see Devices.UnknownFits).
+	Unsure string
+	// Refused says why devices were refused for a reason other than their number: a claim or
+	// template not found, a shared claim's devices out of the node's reach.
+	Refused string
+}
+
 // Fit places, in order, the pending pods (replacements other surges are waiting for, which the
 // scheduler will place first) and then n copies of pod, each on the first candidate other than pod's
-// own node that fits it, counting what the earlier placements take. It returns how many copies of pod
-// found a place and the resources the others request: what is missing for them. Preemption is never
+// own node that fits it, counting what the earlier placements take, devices (nil: none) included.
+// It returns how many copies of pod found a place and what the others lack. Preemption is never
 // counted on: a replacement has the priority of the pod it replaces.
-func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate) (int, corev1.ResourceList) {
+func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate, devices *Devices) (int, Shortfall) {
 	// Placements add to a node's pods and used resources: they go to a copy of the node's candidate
 	// made on its first placement, never to the caller's, which the next stall reuses. A thousand
-	// candidates are not copied for the few that take a placement.
+	// candidates are not copied for the few that take a placement. Devices are booked on a clone.
 	placedOn := map[int]*Candidate{}
+	book := newDeviceBook(devices)
 	place := func(p *podinfo.Pod, exclude string) bool {
+		claims := book.claims(p)
 		for i := range candidates {
 			c, ok := placedOn[i]
 			if !ok {
 				c = &candidates[i]
 			}
-			if !fits(p, exclude, *c) {
+			requests, need := book.split(p, claims, c.Node)
+			if !fits(p, requests, exclude, *c) || !book.take(c.Node, need) {
 				continue
 			}
 			if !ok {
@@ -86,7 +103,7 @@ func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate
 				placedOn[i] = c
 			}
 			c.Pods = append(c.Pods, p)
-			addTo(c.Used, p.Spec.Requests)
+			addTo(c.Used, requests)
 			return true
 		}
 		return false
@@ -95,24 +112,22 @@ func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate
 		place(p, "")
 	}
 	placed := 0
-	missing := corev1.ResourceList{}
+	short := Shortfall{Resources: corev1.ResourceList{}}
+	book.forget() // only the pod's own placements explain its shortfall
 	for range n {
 		if place(pod, pod.Spec.NodeName) {
 			placed++
 			continue
 		}
-		for name, q := range pod.Spec.Requests {
-			sum := missing[name]
-			sum.Add(q)
-			missing[name] = sum
-		}
+		addTo(short.Resources, book.missing(pod))
 	}
-	return placed, missing
+	short.Unsure, short.Refused = book.reasons()
+	return placed, short
 }
 
 // fits reports whether a copy of pod could be scheduled on the candidate, which must not be the
-// excluded node (the one the pod is to leave).
-func fits(pod *podinfo.Pod, exclude string, c Candidate) bool {
+// excluded node (the one the pod is to leave), with requests taken from the node's allocatable.
+func fits(pod *podinfo.Pod, requests corev1.ResourceList, exclude string, c Candidate) bool {
 	n := c.Node
 	if n.Name == exclude || n.Spec.Unschedulable || !NodeReady(n) {
 		return false
@@ -132,7 +147,7 @@ func fits(pod *podinfo.Pod, exclude string, c Candidate) bool {
 	if used == nil {
 		used = UsedBy(c.Pods)
 	}
-	return resourcesFit(pod.Spec.Requests, n.Status.Allocatable, used)
+	return resourcesFit(requests, n.Status.Allocatable, used)
 }
 
 // NodeReady reports whether the node's Ready condition is True.
@@ -205,23 +220,39 @@ func IsExtended(name string) bool {
 	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
 }
 
-// DescribeResources lists resources as "1 nvidia.com/gpu, 4 cpu", extended resources first: what a
-// NoCapacity report says is missing.
+// DescribeResources lists resources as "1 device of class gpu.example.com, 1 nvidia.com/gpu, 4 cpu",
+// devices first, then extended resources: what a NoCapacity report says is missing.
 func DescribeResources(rl corev1.ResourceList) string {
 	names := make([]string, 0, len(rl))
 	for name := range rl {
 		names = append(names, string(name))
 	}
+	rank := func(name string) int {
+		switch {
+		case IsDevices(name):
+			return 0
+		case IsExtended(name):
+			return 1
+		}
+		return 2
+	}
 	sort.Slice(names, func(i, j int) bool {
-		ei, ej := IsExtended(names[i]), IsExtended(names[j])
-		if ei != ej {
-			return ei
+		if ri, rj := rank(names[i]), rank(names[j]); ri != rj {
+			return ri < rj
 		}
 		return names[i] < names[j]
 	})
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
 		q := rl[corev1.ResourceName(n)]
+		if class, ok := strings.CutPrefix(n, resourcev1.ResourceDeviceClassPrefix); ok {
+			unit := "device"
+			if q.Value() != 1 {
+				unit = "devices"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s of class %s", q.String(), unit, class))
+			continue
+		}
 		parts = append(parts, q.String()+" "+n)
 	}
 	if len(parts) == 0 {

@@ -387,7 +387,8 @@ func TestFit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cands := candidates(tt.candidates)
 			before := podCounts(cands)
-			placed, missing := Fit(podinfo.From(tt.pod), tt.n, infos(tt.pending...), cands)
+			placed, short := Fit(podinfo.From(tt.pod), tt.n, infos(tt.pending...), cands, nil)
+			missing := short.Resources
 			if placed != tt.wantPlaced {
 				t.Errorf("Fit() placed %d, want %d", placed, tt.wantPlaced)
 			}
@@ -418,8 +419,8 @@ func TestFitDoesNotModifyCandidates(t *testing.T) {
 	pods := make([]*podinfo.Pod, 0, 8)
 	pods = append(pods, podinfo.From(gpuPod("other", "node-b", 1)))
 	candidates := []Candidate{{Node: readyNode("node-b", 3), Pods: pods}}
-	first, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates)
-	second, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates)
+	first, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates, nil)
+	second, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates, nil)
 	if first != 2 || second != 2 {
 		t.Errorf("Fit() placed %d then %d on the same candidates, want 2 both times", first, second)
 	}

@@ -38,6 +38,8 @@ type Cluster struct {
 	Workloads Workloads
 	// Surge returns the Surge of a target, of any phase, or nil; nil when Surges are not known.
 	Surge func(*workload.Target) *v1alpha1.Surge
+	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
+	Devices *blocking.Devices
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -168,7 +170,8 @@ func (a *analysis) pool(name string, selected bool, drain string, maxUnavailable
 		if !a.cfg.HoldAll {
 			held = nil
 		}
-		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...))
+		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...)).
+			WithDevices(func() *blocking.Devices { return a.cl.Devices })
 		var slowest time.Duration
 		for _, n := range wave {
 			node := Node{Name: n.Name, Stage: stage[n.Name], Wave: start/p.MaxUnavailable + 1}
@@ -259,7 +262,7 @@ func (a *analysis) node(n *corev1.Node, poolSelected bool, drain string, ledger 
 			out = append(out, sameStall(out[d.SameAs], w.Stalls[i]))
 			continue
 		}
-		out = append(out, toDecision(w.Stalls[i], d))
+		out = append(out, toDecision(w.Stalls[i], d, a.cl.Devices))
 	}
 	return out
 }
@@ -281,8 +284,9 @@ func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall
 	seen[owner] = *st
 }
 
-// toDecision turns the stall decision into the report's block.
-func toDecision(st guardian.Stall, d guardian.Decision) decision {
+// toDecision turns the stall decision into the report's block; devices (nil: none) says what the
+// replacements' claims take.
+func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Devices) decision {
 	out := decision{Block: Block{Namespace: st.Pod.Namespace, Pod: st.Pod.Name, PDB: st.PDB.Name, Regarding: d.Regarding,
 		Verdict: Verdict(d.Reason.String()), Detail: d.Detail}}
 	if d.Target != nil {
@@ -291,7 +295,7 @@ func toDecision(st guardian.Stall, d guardian.Decision) decision {
 	switch {
 	case d.Outcome == guardian.OutcomeSurge:
 		out.Detail, out.Replicas, out.replacements = "", d.Delta, int(d.Delta)
-		out.Extra = extended(st.Pod.Spec.Requests, int64(d.Delta))
+		out.Extra = extended(devices.Requests(st.Pod), int64(d.Delta))
 		out.Changes = changes(d.Fields)
 		if len(out.Extra) > 0 {
 			out.Verdict = ResolvableWithCapacity
@@ -301,7 +305,7 @@ func toDecision(st guardian.Stall, d guardian.Decision) decision {
 		out.Detail, out.Replicas = fmt.Sprintf("(Surge %s in flight serves it)", d.Existing.Name), d.Existing.Spec.Delta
 		out.Changes = changes(d.Existing.Spec.Fields)
 	case d.Reason == guardian.StallNoCapacity:
-		out.Replicas, out.Extra, out.Missing = d.Delta, extended(st.Pod.Spec.Requests, int64(d.Delta)), quantities(d.Missing)
+		out.Replicas, out.Extra, out.Missing = d.Delta, extended(devices.Requests(st.Pod), int64(d.Delta)), quantities(d.Missing)
 	}
 	return out
 }
@@ -349,7 +353,7 @@ func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
 	return a.waveCands
 }
 
-// plan sums up the pool's blocks and the extended resources their surges take.
+// plan sums up the pool's blocks and the extended resources and devices their surges take.
 func (a *analysis) plan(p Pool) Plan {
 	plan := Plan{Stalls: map[Verdict]int{}}
 	peak, wave, missing := map[string]int64{}, map[string]int64{}, map[string]int64{}
@@ -378,7 +382,7 @@ func (a *analysis) plan(p Pool) Plan {
 				wave[name] += v
 			}
 			for name, q := range b.Missing {
-				if v, err := resource.ParseQuantity(q); err == nil && blocking.IsExtended(name) {
+				if v, err := resource.ParseQuantity(q); err == nil && countable(name) {
 					missing[name] += v.Value()
 				}
 			}
@@ -399,10 +403,12 @@ func (a *analysis) plan(p Pool) Plan {
 // free sums, per extended resource, allocatable minus requests over the schedulable, Ready nodes.
 func (a *analysis) free() map[string]int64 {
 	out := map[string]int64{}
+	var schedulable []*corev1.Node
 	for _, n := range a.cl.Nodes {
 		if n.Spec.Unschedulable || !blocking.NodeReady(n) {
 			continue
 		}
+		schedulable = append(schedulable, n)
 		used := map[string]int64{}
 		for _, p := range a.podsByNode[n.Name] {
 			if p.Finished() {
@@ -418,14 +424,26 @@ func (a *analysis) free() map[string]int64 {
 			}
 		}
 	}
+	if a.cl.Devices != nil {
+		for class, n := range a.cl.Devices.Inventory.FreeOn(schedulable) {
+			out[string(blocking.DeviceClassResource(class))] = n
+		}
+	}
 	return out
 }
 
-// extended returns the extended resources of requests, times n; nil when there are none.
+// countable reports whether the plan sums a resource: an extended resource, or the devices of a
+// DeviceClass.
+func countable(name string) bool {
+	return blocking.IsExtended(name) || blocking.IsDevices(name)
+}
+
+// extended returns the extended resources and devices (see countable) of requests, times n; nil when
+// there are none.
 func extended(requests corev1.ResourceList, n int64) map[string]int64 {
 	var out map[string]int64
 	for name, q := range requests {
-		if blocking.IsExtended(string(name)) && !q.IsZero() {
+		if countable(string(name)) && !q.IsZero() {
 			if out == nil {
 				out = map[string]int64{}
 			}

@@ -150,7 +150,8 @@ type Plan struct {
 	Resolvable int `json:"resolvable"`
 	// Stalls counts the pods the update will stall on, by verdict.
 	Stalls map[Verdict]int `json:"stalls,omitempty"`
-	// Resources compares, per extended resource, the peak the surges take at once with what is free.
+	// Resources compares, per extended resource and per DeviceClass (see blocking.DeviceClassResource),
+	// the peak the surges take at once with what is free.
 	Resources []Resource `json:"resources,omitempty"`
 	// AddedTime estimates how much longer the update takes because drains wait for replacements to be
 	// Ready: per wave, the slowest replacement, summed. Zero with AddedTimeSource unknown.
@@ -161,13 +162,14 @@ type Plan struct {
 	AddedTimeSource string `json:"addedTimeSource"`
 }
 
-// Resource compares the extended resources the surges need with what is free.
+// Resource compares an extended resource, or the devices of a DeviceClass, the surges need with what is free.
 type Resource struct {
 	Name string `json:"name"`
 	// Peak is the most the surges hold at the same time: per wave with --restore auto or node (each
 	// wave's surges give theirs back before the next), the whole update's with --restore=pool.
 	Peak int64 `json:"peak"`
-	// Free is the allocatable minus what pods request, over every schedulable, Ready node.
+	// Free is the allocatable minus what pods request, over every schedulable, Ready node; for devices,
+	// those reachable from such a node and not allocated.
 	Free int64 `json:"free"`
 	// Missing is what the replacements that fit nowhere request.
 	Missing int64 `json:"missing,omitempty"`

@@ -39,7 +39,7 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
 	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf}
+	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Devices: c.devices()}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

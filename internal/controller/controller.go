@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/dra"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
@@ -84,6 +85,9 @@ type Controller struct {
 	kubeFactory    informers.SharedInformerFactory
 	mcoFactory     mcfginformers.SharedInformerFactory
 	dynamicFactory dynamicinformer.DynamicSharedInformerFactory
+	// draFactory and dra are nil when the cluster does not serve resource.k8s.io/v1 (see watchDevices).
+	draFactory informers.SharedInformerFactory
+	dra        *dra.Listers
 
 	nodes      corelisters.NodeLister
 	pods       podinfo.Lister
@@ -208,6 +212,9 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		c.synced = append(c.synced, h.inf.HasSynced)
 	}
 
+	if err := c.watchDevices(); err != nil {
+		return nil, err
+	}
 	if served, err := servesResource(clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools"); err != nil {
 		return nil, fmt.Errorf("discovering MachineConfigPools: %w", err)
 	} else if served && clients.MCO != nil {
@@ -273,6 +280,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.dynamicFactory.Start(ctx.Done())
 	if c.mcoFactory != nil {
 		c.mcoFactory.Start(ctx.Done())
+	}
+	if c.draFactory != nil {
+		c.draFactory.Start(ctx.Done())
 	}
 	if err := c.kserve.discover(ctx); err != nil {
 		c.log.Warn("KServe discovery failed; retrying in the background", zap.Error(err))

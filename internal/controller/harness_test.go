@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/dra"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
@@ -55,6 +56,12 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 func newHarness(t *testing.T, mutate func(*options.Options), objs ...runtime.Object) *harness {
 	t.Helper()
+	return newHarnessServing(t, mutate, nil, objs...)
+}
+
+// newHarnessServing is newHarness on a cluster that also serves the APIs listed.
+func newHarnessServing(t *testing.T, mutate func(*options.Options), apis []*metav1.APIResourceList, objs ...runtime.Object) *harness {
+	t.Helper()
 	var kubeObjs, mcoObjs []runtime.Object
 	for _, o := range objs {
 		if _, ok := o.(*mcfgv1.MachineConfigPool); ok {
@@ -68,6 +75,7 @@ func newHarness(t *testing.T, mutate func(*options.Options), objs ...runtime.Obj
 		GroupVersion: "machineconfiguration.openshift.io/v1",
 		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}},
 	}, surgeAPI}
+	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = append(kube.Discovery().(*fakediscovery.FakeDiscovery).Resources, apis...)
 	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...), newSurgeClient())
 }
 
@@ -110,6 +118,7 @@ func (h *harness) refresh() {
 	h.t.Helper()
 	ctx := context.Background()
 	f := h.c.kubeFactory
+	transform := slim
 	fill := func(idx cache.Indexer, items []runtime.Object) {
 		if err := idx.Replace(nil, ""); err != nil {
 			h.t.Fatal(err)
@@ -117,7 +126,7 @@ func (h *harness) refresh() {
 		for _, o := range items {
 			// The caches hold what the informers' transform keeps: a decision that reads a
 			// dropped field fails these tests.
-			slimmed, err := slim(o.DeepCopyObject())
+			slimmed, err := transform(o.DeepCopyObject())
 			if err != nil {
 				h.t.Fatal(err)
 			}
@@ -147,6 +156,18 @@ func (h *harness) refresh() {
 	if h.c.mcoFactory != nil {
 		pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
 		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
+	}
+	if r := h.c.draFactory; r != nil {
+		transform = dra.Slim
+		slices, _ := h.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		fill(r.Resource().V1().ResourceSlices().Informer().GetIndexer(), toObjs(slices.Items))
+		claims, _ := h.kube.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+		fill(r.Resource().V1().ResourceClaims().Informer().GetIndexer(), toObjs(claims.Items))
+		templates, _ := h.kube.ResourceV1().ResourceClaimTemplates("").List(ctx, metav1.ListOptions{})
+		fill(r.Resource().V1().ResourceClaimTemplates().Informer().GetIndexer(), toObjs(templates.Items))
+		classes, _ := h.kube.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+		fill(r.Resource().V1().DeviceClasses().Informer().GetIndexer(), toObjs(classes.Items))
+		transform = slim
 	}
 	surges, err := h.dyn.Resource(v1alpha1.SurgesResource).List(ctx, metav1.ListOptions{})
 	if err != nil {

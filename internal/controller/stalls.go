@@ -98,7 +98,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		for i := range wave.Stalls {
 			wave.Stalls[i].WaitingSince = c.flight.waitingSince(controllerOf(wave.Stalls[i].Pod))
 		}
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view))
+		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices)
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {

@@ -258,6 +258,28 @@ func (inv *Inventory) Free(node *corev1.Node) (sure, maybe map[string]int64) {
 	return sure, maybe
 }
 
+// FreeOn counts, per DeviceClass, the devices reachable from any of the nodes that are neither
+// allocated nor booked and that match the class for certain; a device several nodes reach counts
+// once.
+func (inv *Inventory) FreeOn(nodes []*corev1.Node) map[string]int64 {
+	out := map[string]int64{}
+	seen := map[*device]bool{}
+	for _, n := range nodes {
+		for _, d := range inv.reachable(n) {
+			if seen[d] || inv.taken[d.index] || d.unsure != "" {
+				continue
+			}
+			seen[d] = true
+			for name := range inv.classes {
+				if inv.match(d, Alternative{Class: name}) {
+					out[name]++
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Fit reports whether need fits on node, counting what earlier Takes booked.
 func (inv *Inventory) Fit(node *corev1.Node, need Need) Result {
 	r, _ := inv.place(node, need)

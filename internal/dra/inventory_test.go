@@ -321,3 +321,18 @@ func TestUnknownDevices(t *testing.T) {
 		objects{templates: map[string]*resourcev1.ResourceClaimTemplate{"models/t": template("t", dc)}})
 	want(t, "constraints", constrained.Fit(n, need), Unknown, nil)
 }
+
+// FreeOn counts each free device once, however many of the nodes reach it, and leaves out the
+// allocated ones and those of other classes.
+func TestFreeOnCountsEachDeviceOnce(t *testing.T) {
+	shared := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "fabric"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: driver, AllNodes: ptr.To(true), Devices: []resourcev1.Device{gpu("gpu-f", "h100")},
+		Pool: resourcev1.ResourcePool{Name: "fabric", Generation: 1, ResourceSliceCount: 1}}}
+	slices := []*resourcev1.ResourceSlice{nodeSlice("a", 1, gpu("gpu-0", "h100"), gpu("gpu-1", "h100")), nodeSlice("b", 1, gpu("gpu-0", "h100")), shared}
+	other := deviceClass("fpga", `device.driver == "fpga.example.com"`)
+	inv := NewInventory(slices, []*resourcev1.ResourceClaim{allocated("busy", "a", "gpu-1")}, []*resourcev1.DeviceClass{gpuClass(), other})
+	got := inv.FreeOn([]*corev1.Node{node("a", nil), node("b", nil)})
+	if !reflect.DeepEqual(got, map[string]int64{class: 3}) {
+		t.Errorf("FreeOn = %v, want 3 of %s (a's free GPU, b's, the fabric's once)", got, class)
+	}
+}

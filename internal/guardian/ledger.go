@@ -13,8 +13,12 @@ import (
 type Ledger struct {
 	load       func() []blocking.Candidate
 	candidates []blocking.Candidate
-	pending    []*podinfo.Pod
-	booked     int
+	// loadDevices lists the devices on first use, as load does the candidates; nil when the
+	// cluster serves no Dynamic Resource Allocation.
+	loadDevices func() *blocking.Devices
+	devices     *blocking.Devices
+	pending     []*podinfo.Pod
+	booked      int
 }
 
 // NewLedger returns a ledger over the candidates, with the pending replacements placed first. It
@@ -29,20 +33,31 @@ func NewLazyLedger(candidates func() []blocking.Candidate, pending []*podinfo.Po
 	return &Ledger{load: candidates, pending: pending[:len(pending):len(pending)]}
 }
 
+// WithDevices makes the ledger count the devices of Dynamic Resource Allocation too, listed on
+// first use; it returns l.
+func (l *Ledger) WithDevices(devices func() *blocking.Devices) *Ledger {
+	l.loadDevices = devices
+	return l
+}
+
 func (l *Ledger) nodes() []blocking.Candidate {
 	if l.load != nil {
 		l.candidates, l.load = l.load(), nil
+	}
+	if l.loadDevices != nil {
+		l.devices, l.loadDevices = l.loadDevices(), nil
 	}
 	return l.candidates
 }
 
 // Fit places n replacements of pod after everything booked; it books nothing (see blocking.Fit).
-func (l *Ledger) Fit(pod *podinfo.Pod, n int) (int, corev1.ResourceList) {
-	return blocking.Fit(pod, n, l.pending, l.nodes())
+func (l *Ledger) Fit(pod *podinfo.Pod, n int) (int, blocking.Shortfall) {
+	cands := l.nodes()
+	return blocking.Fit(pod, n, l.pending, cands, l.devices)
 }
 
 // FitWhere is Fit on the candidates keep accepts, with extra replacements placed before pod's.
-func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool, extra []*podinfo.Pod) (int, corev1.ResourceList) {
+func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool, extra []*podinfo.Pod) (int, blocking.Shortfall) {
 	var cands []blocking.Candidate
 	for _, c := range l.nodes() {
 		if keep == nil || keep(c.Node) {
@@ -50,7 +65,7 @@ func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool,
 		}
 	}
 	pending := append(append(make([]*podinfo.Pod, 0, len(l.pending)+len(extra)), l.pending...), extra...)
-	return blocking.Fit(pod, n, pending, cands)
+	return blocking.Fit(pod, n, pending, cands, l.devices)
 }
 
 // Book counts n replacements of pod, just decided, as pending.

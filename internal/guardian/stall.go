@@ -338,10 +338,10 @@ func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	if lookahead && !lookaheadFits(w, st.Pod, delta) {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
 	}
-	if placed, missing := w.Ledger.Fit(st.Pod, delta); placed < delta {
-		d.Missing = missing
-		return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s",
-			delta-placed, delta, blocking.DescribeResources(missing))
+	if placed, short := w.Ledger.Fit(st.Pod, delta); placed < delta {
+		d.Missing = short.Resources
+		return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s%s",
+			delta-placed, delta, blocking.DescribeResources(short.Resources), deviceReasons(short))
 	}
 	if cfg.MaxInFlight > 0 && lookahead && w.InFlight+1 >= cfg.MaxInFlight {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
@@ -386,6 +386,19 @@ func slot(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 			free, ahead)
 	}
 	return d.with(OutcomeSurge, StallNone, "")
+}
+
+// deviceReasons says why DRA devices were not counted for the replacements, if they were not for a
+// reason other than their number.
+func deviceReasons(short blocking.Shortfall) string {
+	var out string
+	if short.Refused != "" {
+		out += "; " + short.Refused
+	}
+	if short.Unsure != "" {
+		out += fmt.Sprintf("; devices the count cannot judge (%s) are not counted unless --dra-unknown-fits is set", short.Unsure)
+	}
+	return out
 }
 
 // lookaheadFits reports whether a look-ahead surge fits in what the stalls being served leave free:

@@ -113,7 +113,7 @@ func New() *Metrics {
 		}, []string{"resource"}),
 		MissingCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "missing_capacity",
-			Help: "Resources requested by replacements that fit on no node, for stalls deferred with NoCapacity.",
+			Help: "Resources requested by replacements that fit on no node, for stalls deferred with NoCapacity; DRA devices as deviceclass.resource.kubernetes.io/<class>.",
 		}, []string{"pool", "resource"}),
 		WriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "write_errors_total",
@@ -142,7 +142,7 @@ func New() *Metrics {
 	}, []string{"pool", "verdict"})
 	m.PredictedMissingCapacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "predicted_missing_capacity",
-		Help: "Extended resources the surges of the pool's next update would need beyond what is free.",
+		Help: "Extended resources (and DRA devices, as deviceclass.resource.kubernetes.io/<class>) the surges of the pool's next update would need beyond what is free.",
 	}, []string{"pool", "resource"})
 	m.Registry.MustRegister(m.PredictedBlocks, m.PredictedMissingCapacity)
 	m.Registry.MustRegister(

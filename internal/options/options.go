@@ -81,9 +81,12 @@ type Options struct {
 	// MaxSurgeReplicas bounds the replicas one surge adds.
 	MaxSurgeReplicas int
 	Lookahead        int
-	Workers          int
-	ResyncPeriod     time.Duration
-	LLMNilSemantics  string
+	// DRAUnknownFits counts devices the DRA count cannot judge (taints, partitionable devices,
+	// constraints between a claim's devices…) as able to take a replacement.
+	DRAUnknownFits  bool
+	Workers         int
+	ResyncPeriod    time.Duration
+	LLMNilSemantics string
 
 	LogFormat string
 	LogLevel  string
@@ -181,6 +184,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
 	fs.IntVar(&o.MaxConcurrentSurgePerNamespace, "max-concurrent-surges-per-namespace", o.MaxConcurrentSurgePerNamespace, "At most this many of the --max-concurrent-surges stalls from one namespace (0: one less than --max-concurrent-surges, at least 1, so a slot is always left for another namespace); a freed slot goes first to the namespace with the fewest in flight.")
 	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
+	fs.BoolVar(&o.DRAUnknownFits, "dra-unknown-fits", o.DRAUnknownFits, "Count Dynamic Resource Allocation devices the guardian cannot judge (device taints, partitionable devices, consumable capacity, constraints between a claim's devices) as free for a replacement; off: such a stall is deferred as NoCapacity, with the reason.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")

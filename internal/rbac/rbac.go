@@ -14,6 +14,8 @@ import (
 var (
 	readOnly  = []string{"get", "list", "watch"}
 	readPatch = []string{"get", "list", "watch", "patch"}
+	// draResources are what the device count reads (internal/dra).
+	draResources = []string{"resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"}
 )
 
 // ClusterRoleRules returns the cluster-wide permissions the daemon needs.
@@ -32,6 +34,8 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: readPatch},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readPatch},
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		// Dynamic Resource Allocation: the devices a replacement can be given (read only when served).
+		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		// Surges are the guardian's only persisted state, one per surged workload: created before the
@@ -65,6 +69,7 @@ func CheckRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "deployments", "statefulsets"}, Verbs: readOnly},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readOnly},
 		// In-flight Surges: their pending replacements take capacity first.
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: readOnly},
