@@ -1,0 +1,116 @@
+package guardian
+
+import (
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
+)
+
+// PrepareAnnotation, set to "true" on a MachineConfigPool, asks the guardian to surge, ahead of the
+// pool's next update, every workload that would stall it. Only cluster admins can write pools; the
+// guardian only reads it.
+const PrepareAnnotation = "drain-guardian.io/prepare"
+
+// TriggerPrepared: the pool is being prepared for its next update (PrepareAnnotation); the node is
+// not drained yet, and may not be for hours.
+const TriggerPrepared Trigger = "Prepared"
+
+// PrepareRequested reports whether the pool asks to be prepared. Only the documented value counts.
+func PrepareRequested(pool *mcfgv1.MachineConfigPool) bool {
+	return pool != nil && pool.Annotations[PrepareAnnotation] == "true"
+}
+
+// PendingConfig returns the config the pool's next (or current) update rolls out, "" when it has
+// none: the render controller moves spec.configuration even on a paused pool, so a pending update is
+// a spec that differs from the status.
+func PendingConfig(pool *mcfgv1.MachineConfigPool) string {
+	spec := pool.Spec.Configuration.Name
+	if spec == "" || spec == pool.Status.Configuration.Name {
+		return ""
+	}
+	return spec
+}
+
+// PrepareNode is one node a pool's next update will drain, with what was observed about its blocked pods.
+type PrepareNode struct {
+	Node   string
+	Stalls []Stall
+}
+
+// Prepare is everything DecidePrepare reads about one pool to prepare.
+type Prepare struct {
+	// Config is the pool's pending config (PendingConfig): the id of the drains to come, so that a
+	// prepared Surge covers its node's stall when the MCO drains it.
+	Config string
+	// PoolSelected: the pool matches --pool-selector.
+	PoolSelected bool
+	// Nodes are the nodes still to update, in the order the MCO will take them (mco.Plan.Order).
+	Nodes []PrepareNode
+	// InFlight counts the Surges serving a stall now, including those created but not yet cached.
+	InFlight int
+	// Ledger is the capacity the prepared surges book against, after every stall's.
+	Ledger *Ledger
+	// CapacityWanted: a stall of any pool waits for capacity now: nothing is spare for preparing.
+	CapacityWanted bool
+	// WillNotDrain tells the nodes the update will not drain again (mco.WillNotDrain), which a
+	// replacement is placed on first.
+	WillNotDrain func(*corev1.Node) bool
+}
+
+// PrepareDecision is the stall decision of one node of a pool being prepared.
+type PrepareDecision struct {
+	Node      string
+	Decisions []Decision
+}
+
+// DecidePrepare decides, node by node in update order, every workload that would stall the pool's next
+// update: a prepared surge (OutcomeSurge), already covered, deferred (no spare capacity, no spare
+// slot) or unresolvable, as the stall decision says (DecideStalls). Earlier nodes book the capacity
+// first, so that what is spare goes to the first drains, whose stalls would cost the most time.
+//
+// A prepared surge takes only what stalls leave: it is decided after them (the ledger holds their
+// replacements), never while any stall waits for capacity, and never takes the last slot of
+// --max-concurrent-surges. A prepared surge that holds capacity a stall waits for is given back
+// (see Decide: ReasonCapacityNeeded).
+func DecidePrepare(cfg StallConfig, p Prepare) []PrepareDecision {
+	out := make([]PrepareDecision, 0, len(p.Nodes))
+	room := &Lookahead{CapacityWanted: p.CapacityWanted, WillNotDrain: p.WillNotDrain}
+	inFlight := p.InFlight
+	for _, n := range p.Nodes {
+		w := Wave{
+			Node: n.Node, Drain: NodeDrain{Trigger: TriggerPrepared, Drain: p.Config}, PoolSelected: p.PoolSelected,
+			Stalls: n.Stalls, InFlight: inFlight, Ledger: p.Ledger, Lookahead: room,
+		}
+		ds := DecideStalls(cfg, w)
+		for _, d := range ds {
+			if d.Outcome == OutcomeSurge && d.SameAs < 0 {
+				inFlight++
+			}
+		}
+		out = append(out, PrepareDecision{Node: n.Node, Decisions: ds})
+	}
+	return out
+}
+
+// prepareRoom decides whether a prepared surge can be made now: no stall waits for capacity, its
+// replacements fit (on nodes the update will not drain again if they can, else on any other node:
+// with both replicas held until the pool is Updated, the drain of the replacement's node then goes
+// as it does for a two-replica workload), and a surge slot stays free for a stall.
+func prepareRoom(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
+	delta, la := int(d.Delta), w.Lookahead
+	if la == nil || la.CapacityWanted {
+		return d.with(OutcomeDefer, StallLookaheadSkipped, "a stall waits for capacity: a prepared surge only uses what stalls leave")
+	}
+	if placed, _ := w.Ledger.FitWhere(st.Pod, delta, la.WillNotDrain, nil); placed < delta {
+		if placed, missing := w.Ledger.Fit(st.Pod, delta); placed < delta {
+			d.Missing = missing
+			return d.with(OutcomeDefer, StallLookaheadSkipped, "%d of %d replacement(s) fit on no other node: missing %s",
+				delta-placed, delta, blocking.DescribeResources(missing))
+		}
+	}
+	if cfg.MaxInFlight > 0 && w.InFlight+1 >= cfg.MaxInFlight {
+		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
+	}
+	return d.with(OutcomeSurge, StallNone, "")
+}
