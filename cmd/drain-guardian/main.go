@@ -38,7 +38,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newCheckCommand(), &cobra.Command{
+	root.AddCommand(newRunCommand(), newCheckCommand(), newPrepareCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 )
@@ -189,5 +191,45 @@ func TestPrepareAfterRestartFinishesTheSurgeMade(t *testing.T) {
 	}
 	if creates != 1 || h2.replicas() != 2 {
 		t.Fatalf("%d Surges created, replicas %d; want one Surge and 2 replicas", creates, h2.replicas())
+	}
+}
+
+// check says per pool being prepared how many workloads are prepared and which still wait.
+func TestCheckReportsPrepare(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	prepareOf := func() *check.Prepare {
+		t.Helper()
+		r, err := h.c.Predict(PredictOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.Pools {
+			if p.Name == "worker" {
+				return p.Prepare
+			}
+		}
+		t.Fatal("no worker pool in the report")
+		return nil
+	}
+	if pr := prepareOf(); pr == nil || pr.Prepared != 0 || len(pr.Waiting) != 1 || !strings.HasPrefix(pr.Waiting[0], "models/model-abc-a on w1: resolvable") {
+		t.Fatalf("before the guardian prepared anything: %+v", pr)
+	}
+	h.syncPool()
+	h.settle(depSurge)
+	if pr := prepareOf(); pr.Preparing != 1 || len(pr.Waiting) != 0 {
+		t.Fatalf("surged, replacement not Ready: %+v", pr)
+	}
+	h.readyReplacement()
+	h.settle(depSurge)
+	pr := prepareOf()
+	if pr.Prepared != 1 || pr.Preparing != 0 || len(pr.Waiting) != 0 {
+		t.Fatalf("replacement Ready: %+v, want 1 prepared", pr)
+	}
+	var out strings.Builder
+	if err := check.Render(&out, &check.Report{Mode: "mco", Pools: []check.Pool{{Name: "worker", Prepare: pr}}}, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "PREPARED: 1 of 1 workloads") {
+		t.Errorf("table does not say the pool is prepared:\n%s", out.String())
 	}
 }
