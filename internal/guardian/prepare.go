@@ -3,6 +3,7 @@ package guardian
 import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 )
@@ -77,16 +78,33 @@ func DecidePrepare(cfg StallConfig, p Prepare) []PrepareDecision {
 	out := make([]PrepareDecision, 0, len(p.Nodes))
 	room := &Lookahead{CapacityWanted: p.CapacityWanted, WillNotDrain: p.WillNotDrain}
 	inFlight := p.InFlight
+	decidedOn := map[types.UID]string{}
 	for _, n := range p.Nodes {
+		ds := make([]Decision, len(n.Stalls))
+		var stalls []Stall
+		var at []int
+		for i, st := range n.Stalls {
+			if node, ok := decidedOn[controllerUID(st.Pod)]; ok {
+				// A workload blocking on several nodes is decided once, on the first node to update.
+				ds[i] = Decision{Outcome: OutcomeIgnore, SameAs: -1, Regarding: st.Pod.Ref(), Detail: "decided with node " + node}
+				continue
+			}
+			stalls, at = append(stalls, st), append(at, i)
+		}
 		w := Wave{
 			Node: n.Node, Drain: NodeDrain{Trigger: TriggerPrepared, Drain: p.Config}, PoolSelected: p.PoolSelected,
-			Stalls: n.Stalls, InFlight: inFlight, Ledger: p.Ledger, Lookahead: room,
+			Stalls: stalls, InFlight: inFlight, Ledger: p.Ledger, Lookahead: room,
 		}
-		ds := DecideStalls(cfg, w)
-		for _, d := range ds {
+		for k, d := range DecideStalls(cfg, w) {
+			if d.SameAs >= 0 {
+				d.SameAs = at[d.SameAs]
+			} else if uid := controllerUID(stalls[k].Pod); uid != "" {
+				decidedOn[uid] = n.Node
+			}
 			if d.Outcome == OutcomeSurge && d.SameAs < 0 {
 				inFlight++
 			}
+			ds[at[k]] = d
 		}
 		out = append(out, PrepareDecision{Node: n.Node, Decisions: ds})
 	}

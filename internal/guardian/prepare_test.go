@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
@@ -78,6 +79,13 @@ func TestDecidePrepare(t *testing.T) {
 			s.Spec.Trigger = string(TriggerPrepared)
 			p.Nodes[0].Stalls[0].Existing = s
 		}, want: "w3:unresolvable w1:surge w2:surge"},
+		// A model with a pod on w3 and one on w2, both blocked: one surge, decided on w3, the first to update.
+		{name: "a workload blocking on two nodes is decided once", spare: 3, mutate: func(f *fixture, p *Prepare) {
+			second := f.pods["mistral-a"].Unscheduled("mistral-b")
+			second.Spec.NodeName = "w2"
+			p.Nodes[2].Stalls = append(p.Nodes[2].Stalls, Stall{Blocked: blocking.Blocked{Pod: second, PDB: f.pdbs["mistral"]}, Namespace: f.ns,
+				Owner: p.Nodes[0].Stalls[0].Owner})
+		}, want: "w3:surge w1:surge w2:surge w2:ignore"},
 		{name: "pool out of scope", spare: 3, mutate: func(_ *fixture, p *Prepare) { p.PoolSelected = false }, want: "w3:ignore w1:ignore w2:ignore"},
 	}
 	for _, tt := range tests {
