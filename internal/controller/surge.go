@@ -357,6 +357,8 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 	switch {
 	case s.Spec.Pool == "" || guardian.Trigger(s.Spec.Trigger) == guardian.TriggerCordoned:
 		return "the node is uncordoned"
+	case guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared:
+		return "the pool is Updated (prepared ahead of its update)"
 	case c.cfg.Restore == guardian.RestoreNode:
 		return "the node is updated"
 	case c.cfg.Restore == guardian.RestoreAuto:
