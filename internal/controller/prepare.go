@@ -176,7 +176,7 @@ func (c *Controller) applyPrepare(ctx context.Context, pool string, nodes []*nod
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
-			counts.add(state, note, surgeNameOf(d, starts[[2]int{i, j}]))
+			counts.add(state, note, surgeNameOf(d, &nodes[i].wave.Stalls[j], starts[[2]int{i, j}]))
 		}
 	}
 	for _, s := range c.surges.List() {
@@ -188,13 +188,13 @@ func (c *Controller) applyPrepare(ctx context.Context, pool string, nodes []*nod
 	return counts, firstErr
 }
 
-// surgeNameOf names the Surge that serves the decision, "" when none does.
-func surgeNameOf(d guardian.Decision, start *surgeStart) string {
+// surgeNameOf names the workload's Surge, just started or found, "" when it has none.
+func surgeNameOf(d guardian.Decision, st *guardian.Stall, start *surgeStart) string {
 	switch {
 	case d.Outcome == guardian.OutcomeSurge && start != nil:
 		return start.surge.Name
-	case d.Outcome == guardian.OutcomeCovered:
-		return d.Existing.Name
+	case st.Existing != nil:
+		return st.Existing.Name
 	}
 	return ""
 }
@@ -226,6 +226,10 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 		return metrics.PreparedWaiting, what + ": " + d.Detail, c.exec.deleteSurge(ctx, d.Existing)
 	case guardian.OutcomeUnresolvable:
 		return metrics.PreparedUnresolvable, fmt.Sprintf("%s: %s: %s", what, d.Reason, d.Detail), nil
+	}
+	if d.Reason == guardian.StallPDBStatusBehind && st.Existing != nil {
+		// The replacement just turned Ready and the PDB's status has not counted it yet.
+		return preparedState(st.Existing), "", nil
 	}
 	if d.Reason == guardian.StallUnknown {
 		return metrics.PreparedWaiting, what + ": " + d.Detail, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)

@@ -233,3 +233,16 @@ func TestCheckReportsPrepare(t *testing.T) {
 		t.Errorf("table does not say the pool is prepared:\n%s", out.String())
 	}
 }
+
+// The replacement just turned Ready and the PDB's status has not counted it yet: the workload is
+// prepared, counted once, not also waiting.
+func TestPreparedWhilePDBStatusLags(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.syncPool()
+	requireEvent(t, h.events(), "Normal", ReasonPoolPrepared, "1 of 1")
+}
