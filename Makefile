@@ -88,11 +88,13 @@ e2e: build controlplane ## End-to-end suite on a real local control plane
 test: lint unit test-rules e2e ## Everything CI runs: lint, unit tests, alert tests, end-to-end suite
 
 # The pool benchmark's model load times (comma-separated) and MCO time scale; make bench-pool T_READY=5s,40s TIME_SCALE=0.1.
+# BENCH_VARIANTS runs only some variants: make bench-pool T_READY=20s BENCH_VARIANTS=baseline,prepared.
 T_READY    ?= 5s,20s
 TIME_SCALE ?= 0.1
+BENCH_VARIANTS ?=
 
-bench-pool: build controlplane ## Pool updates on the test bed: look-ahead on/off, restore policies, no guardian, vs two-replica models (minutes)
-	cd e2e && E2E_BENCH=1 E2E_BENCH_READY=$(T_READY) TIME_SCALE=$(TIME_SCALE) E2E_BENCH_OUT=$(CURDIR)/.cluster/bench-pool.md \
+bench-pool: build controlplane ## Pool updates on the test bed: look-ahead on/off, prepared, restore policies, no guardian, vs two-replica models (minutes)
+	cd e2e && E2E_BENCH=1 E2E_BENCH_READY=$(T_READY) TIME_SCALE=$(TIME_SCALE) E2E_BENCH_VARIANTS=$(BENCH_VARIANTS) E2E_BENCH_OUT=$(CURDIR)/.cluster/bench-pool.md \
 		$(GO) test -v -count=1 -timeout 90m -run '^TestBenchPool$$' ./scenarios/
 	@echo "table written to .cluster/bench-pool.md"
 

@@ -93,7 +93,9 @@ type SurgeSpec struct {
 	// Pool is the node's MachineConfigPool; empty for a plain cordon.
 	// +optional
 	Pool string `json:"pool,omitempty"`
-	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead) or Cordoned.
+	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead), Cordoned,
+	// or Prepared (surged ahead of the pool's update at the admin's request, held until it is Updated).
+	// +kubebuilder:validation:Enum=MCODrain;MCOTargeted;MCOPredicted;Cordoned;Prepared
 	Trigger string `json:"trigger"`
 	// Drain identifies this drain of the node: the config it updates to, or the cordon time.
 	Drain string `json:"drain"`

@@ -69,7 +69,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newCheckCommand(), newGatherCommand(false), &cobra.Command{
+	root.AddCommand(newRunCommand(), newCheckCommand(), newGatherCommand(false), newPrepareCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -22,6 +22,8 @@ const (
 	benchEnv      = "E2E_BENCH"
 	benchReadyEnv = "E2E_BENCH_READY"
 	benchOutEnv   = "E2E_BENCH_OUT"
+	// benchVariantsEnv, when set, runs only the named variants (comma-separated, e.g. baseline,prepared).
+	benchVariantsEnv = "E2E_BENCH_VARIANTS"
 )
 
 // benchPool is one shape of pool the benchmark updates.
@@ -42,6 +44,10 @@ type benchVariant struct {
 	replicas int32
 	// policy marks the restore-policy comparison (issue 9), run at the longest load time only.
 	policy bool
+	// prepare runs the window workflow: the pool is paused with its new config pending and prepared
+	// (drain-guardian.io/prepare), then unpaused once every model is prepared; the pool time counts
+	// from the unpause.
+	prepare bool
 }
 
 var benchVariants = []benchVariant{
@@ -49,6 +55,7 @@ var benchVariants = []benchVariant{
 	{name: "lookahead-off", label: "(b) guardian, --lookahead=0", guardian: []string{"--lookahead=0"}},
 	{name: "lookahead", label: "(c) guardian, defaults (--restore=auto --lookahead=1)", guardian: []string{}},
 	{name: "none", label: "(d) one replica, no guardian"},
+	{name: "prepared", label: "(e) guardian, defaults, pool prepared before the window", guardian: []string{}, prepare: true},
 	{name: "pool", label: "guardian, --restore=pool --lookahead=0", guardian: []string{"--restore=pool", "--lookahead=0"}, policy: true},
 	{name: "node", label: "guardian, --restore=node --lookahead=0", guardian: []string{"--restore=node", "--lookahead=0"}, policy: true},
 }
@@ -89,13 +96,14 @@ func TestBenchPool(t *testing.T) {
 		{title: "spare GPUs (4 nodes x 2 GPUs, 3 models)", nodes: 4, gpus: 2, models: 3, baselineGPUs: 2},
 	}
 	longest := slices.Max(readies)
+	only := strings.Split(os.Getenv(benchVariantsEnv), ",")
 	var rows []benchRow
 	run := 0
 	for _, ready := range readies {
 		for _, p := range pools {
 			baseline := time.Duration(0)
 			for _, v := range benchVariants {
-				if v.policy && ready != longest {
+				if v.policy && ready != longest || os.Getenv(benchVariantsEnv) != "" && !slices.Contains(only, v.name) {
 					continue
 				}
 				run++
@@ -158,7 +166,11 @@ func runBench(t *testing.T, name string, p benchPool, v benchVariant, ready, bas
 	}
 	held := s.sampleExtraPods(models, replicas)
 	s.obs.StartSampling()
-	s.updatePool()
+	if v.prepare {
+		s.prepareWindow()
+	} else {
+		s.updatePool()
+	}
 	start := time.Now()
 	limit := poolTimeout + 2*time.Duration(p.nodes)*ready
 	stalls := v.guardian == nil && replicas == 1

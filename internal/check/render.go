@@ -51,6 +51,7 @@ func renderTable(w io.Writer, r *Report) error {
 }
 
 func writePool(b *strings.Builder, p Pool) {
+	defer writePrepare(b, p.Prepare)
 	switch {
 	case len(p.Nodes) == 0:
 		fmt.Fprintf(b, "POOL %s: no node to update\n", p.Name)
@@ -76,6 +77,22 @@ func writePool(b *strings.Builder, p Pool) {
 	}
 	_ = tw.Flush()
 	writePlan(b, p.Plan)
+}
+
+// writePrepare says how far a pool being prepared is: what `drain-guardian prepare` waits for.
+func writePrepare(b *strings.Builder, pr *Prepare) {
+	if pr == nil {
+		return
+	}
+	total := pr.Prepared + pr.Preparing + len(pr.Waiting)
+	if pr.Preparing == 0 && len(pr.Waiting) == 0 {
+		fmt.Fprintf(b, "  PREPARED: %d of %d workloads that would stall the update have a Ready extra replica\n", pr.Prepared, total)
+		return
+	}
+	fmt.Fprintf(b, "  PREPARING: %d of %d prepared, %d preparing, %d waiting\n", pr.Prepared, total, pr.Preparing, len(pr.Waiting))
+	for _, w := range pr.Waiting {
+		fmt.Fprintf(b, "    waiting: %s\n", w)
+	}
 }
 
 func writePlan(b *strings.Builder, plan Plan) {

@@ -96,6 +96,18 @@ type Pool struct {
 	// Nodes are the pool's nodes still to update, in the MCO's update order.
 	Nodes []Node `json:"nodes"`
 	Plan  Plan   `json:"plan"`
+	// Prepare is set for a pool the guardian is asked to prepare (drain-guardian.io/prepare).
+	Prepare *Prepare `json:"prepare,omitempty"`
+}
+
+// Prepare is how far the guardian has prepared a pool for its next update: the workloads that
+// would stall it, by state. A prepared workload no longer blocks (its PDB allows a disruption).
+type Prepare struct {
+	// Prepared counts the workloads whose extra replica is Ready; Preparing those surged, not Ready yet.
+	Prepared  int `json:"prepared"`
+	Preparing int `json:"preparing"`
+	// Waiting lists the pods that still block a drain of the pool, as "namespace/pod on node: verdict".
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // Node is one node still to update and the pods that would block its drain.

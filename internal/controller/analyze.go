@@ -7,7 +7,10 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/check"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
 
@@ -27,13 +30,52 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return check.Analyze(cl, check.Config{
+	r := check.Analyze(cl, check.Config{
 		NamespaceSelector: c.nsSelector, PoolSelector: c.poolSelector, Excludes: c.opts.Excludes,
 		MaxSurgeReplicas: int32(c.opts.MaxSurgeReplicas),
 		NilKeepsCount:    c.kserve.nilKeepsCount(),
 		HoldAll:          c.opts.Restore == string(options.RestorePool),
 		ReadyTimes:       po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
-	}), nil
+	})
+	c.addPrepare(r)
+	return r, nil
+}
+
+// addPrepare says, for every pool asked to be prepared, how far it is: its Prepared Surges by phase,
+// and the pods that still block one of its drains (the guardian surges those it can as capacity frees).
+func (c *Controller) addPrepare(r *check.Report) {
+	if c.pools == nil {
+		return
+	}
+	surges := c.surges.List()
+	for i := range r.Pools {
+		p := &r.Pools[i]
+		if pool, err := c.pools.Get(p.Name); err != nil || !guardian.PrepareRequested(pool) {
+			continue
+		}
+		pr := &check.Prepare{}
+		prepared := map[string]bool{}
+		for _, s := range surges {
+			if guardian.Trigger(s.Spec.Trigger) != guardian.TriggerPrepared || s.Spec.Pool != p.Name || s.PhaseOf() == v1alpha1.PhaseFailed {
+				continue
+			}
+			prepared[s.Namespace+"/"+s.Spec.BlockedPod] = true
+			switch preparedState(s) {
+			case metrics.PreparedReady:
+				pr.Prepared++
+			case metrics.PreparedStarting:
+				pr.Preparing++
+			}
+		}
+		for _, n := range p.Nodes {
+			for _, b := range n.Blocks {
+				if key := b.Namespace + "/" + b.Pod; !prepared[key] && b.Verdict != check.OptedOut && b.Verdict != check.OutOfScope {
+					pr.Waiting = append(pr.Waiting, fmt.Sprintf("%s on %s: %s", key, n.Name, b.Verdict))
+				}
+			}
+		}
+		p.Prepare = pr
+	}
 }
 
 // snapshot lists what check.Analyze needs from the informer caches.

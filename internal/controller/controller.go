@@ -48,15 +48,20 @@ const FieldManager = "drain-guardian"
 // nodeNameIndex indexes pods by the node they are bound to.
 const nodeNameIndex = "spec.nodeName"
 
-// key is one unit of work: a node to check for blocked pods, or a Surge to move along.
+// key is one unit of work: a node to check for blocked pods, a Surge to move along, or a pool to
+// prepare for its next update.
 type key struct {
 	Node  string
 	Surge types.NamespacedName
+	Pool  string
 }
 
 func (k key) String() string {
-	if k.Node != "" {
+	switch {
+	case k.Node != "":
 		return "node/" + k.Node
+	case k.Pool != "":
+		return "pool/" + k.Pool
 	}
 	return "surge/" + k.Surge.String()
 }
@@ -116,6 +121,8 @@ type Controller struct {
 	gauges  *gauges
 	// writing holds when this process first tried to write each Pending Surge's fields.
 	writing writeAttempts
+	// preparations holds what was last reported about each pool being prepared (see syncPool).
+	preparations preparations
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -346,9 +353,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(k)
 	var after time.Duration
 	var err error
-	if k.Node != "" {
+	switch {
+	case k.Node != "":
 		after, err = c.syncNode(ctx, k.Node)
-	} else {
+	case k.Pool != "":
+		after, err = c.syncPool(ctx, k.Pool)
+	default:
 		after, err = c.syncSurge(ctx, k.Surge)
 	}
 	switch {
@@ -368,6 +378,8 @@ func (c *Controller) enqueueNode(name string) { c.queue.Add(key{Node: name}) }
 
 func (c *Controller) enqueueSurge(s *v1alpha1.Surge) { c.queue.Add(key{Surge: keyOf(s)}) }
 
+func (c *Controller) enqueuePool(name string) { c.queue.Add(key{Pool: name}) }
+
 // enqueueSurges queues the Surges that match.
 func (c *Controller) enqueueSurges(match func(*v1alpha1.Surge) bool) {
 	for _, s := range c.surgesMatching(match) {
@@ -375,11 +387,17 @@ func (c *Controller) enqueueSurges(match func(*v1alpha1.Surge) bool) {
 	}
 }
 
-// enqueueAll queues every node and every Surge.
+// enqueueAll queues every node, every pool and every Surge.
 func (c *Controller) enqueueAll() {
 	nodes, _ := c.nodes.List(labels.Everything())
 	for _, n := range nodes {
 		c.enqueueNode(n.Name)
+	}
+	if c.pools != nil {
+		pools, _ := c.pools.List(labels.Everything())
+		for _, p := range pools {
+			c.enqueuePool(p.Name)
+		}
 	}
 	c.enqueueSurges(func(*v1alpha1.Surge) bool { return true })
 }

@@ -181,7 +181,7 @@ func (f *flight) view(cached []*v1alpha1.Surge) inFlightView {
 		if _, recent := f.recent[keyOf(sg)]; recent {
 			continue
 		}
-		if t, ok := f.trusted[keyOf(sg)]; ok && t.uid == sg.UID && guardian.InFlight(sg.PhaseOf()) {
+		if t, ok := f.trusted[keyOf(sg)]; ok && t.uid == sg.UID && guardian.InFlight(sg) {
 			v.trusted = append(v.trusted, sg)
 			v.byNamespace[sg.Namespace]++
 		}

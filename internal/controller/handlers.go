@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -88,6 +89,7 @@ func (c *Controller) onPool(obj any) {
 		return
 	}
 	c.plans.invalidate()
+	c.enqueuePool(p.Name)
 	nodes, _ := c.nodes.List(labels.Everything())
 	pools, _ := c.pools.List(labels.Everything())
 	for _, n := range nodes {
@@ -143,9 +145,14 @@ func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 	}
 }
 
-// onSurge moves a Surge along when it changes.
+// onSurge moves a Surge along when it changes; a Prepared one's pool reports its readiness again.
 func (c *Controller) onSurge(obj any) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		c.queue.Add(key{Surge: keyOfObject(u)})
+		if trigger, _, _ := unstructured.NestedString(u.Object, "spec", "trigger"); trigger == string(guardian.TriggerPrepared) {
+			if pool, _, _ := unstructured.NestedString(u.Object, "spec", "pool"); pool != "" {
+				c.enqueuePool(pool)
+			}
+		}
 	}
 }

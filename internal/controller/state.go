@@ -98,6 +98,22 @@ func (d *drains) wantingNodes() []string {
 	return out
 }
 
+// anyCapacityWanted reports whether a stall of any pool waits for capacity now.
+func (d *drains) anyCapacityWanted() bool {
+	d.mu.Lock()
+	pools := make([]string, 0, len(d.wanted))
+	for pool := range d.wanted {
+		pools = append(pools, pool)
+	}
+	d.mu.Unlock()
+	for _, pool := range pools {
+		if d.capacityWanted(pool) {
+			return true
+		}
+	}
+	return false
+}
+
 // capacityWanted reports whether a stall of the pool waits for capacity now.
 func (d *drains) capacityWanted(pool string) bool {
 	d.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -188,6 +189,11 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
 	}
 	obs.CapacityWanted = c.drains.capacityWanted(s.Spec.Pool)
+	if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared {
+		// A prepared surge only uses capacity no stall needs, whichever pool the stall is in.
+		obs.CapacityWanted = c.drains.anyCapacityWanted()
+		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !c.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
+	}
 	observePods(&obs, sc.pods, s.Spec.Node)
 	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
 	if sc.owner != nil {
@@ -373,6 +379,8 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 	switch {
 	case s.Spec.Pool == "" || guardian.Trigger(s.Spec.Trigger) == guardian.TriggerCordoned:
 		return "the node is uncordoned"
+	case guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared:
+		return "the pool is Updated (prepared ahead of its update)"
 	case c.cfg.Restore == guardian.RestoreNode:
 		return "the node is updated"
 	case c.cfg.Restore == guardian.RestoreAuto:

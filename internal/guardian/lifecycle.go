@@ -41,11 +41,14 @@ type Observation struct {
 	UnschedulableSince *time.Time
 	// CaughtUp: the pod owner runs exactly the explicit count of a two-step restore.
 	CaughtUp bool
-	// CapacityWanted: a stall of the same pool waits for capacity that this surge holds.
+	// CapacityWanted: a stall of the same pool (of any pool, for a Prepared surge) waits for capacity
+	// that this surge holds.
 	CapacityWanted bool
 	// WritingSince, on a Pending Surge, is when this process first tried to write its fields: the
 	// Pending deadline runs from there, not from a start that may lie before an outage of the guardian.
 	WritingSince time.Time
+	// PrepareWithdrawn: the pool of a Prepared surge no longer asks to be prepared (PrepareAnnotation).
+	PrepareWithdrawn bool
 }
 
 // ActionKind is what to do next for a Surge. Each action is at most one write.
@@ -109,6 +112,8 @@ const (
 	// ReasonEvictTimeout: the replacement is Ready but the blocked pod did not leave the drained node
 	// within --evict-timeout (the tenant's own budgets refuse its eviction).
 	ReasonEvictTimeout = "EvictTimeout"
+	// ReasonPrepareWithdrawn: the pool of a Prepared surge no longer asks to be prepared.
+	ReasonPrepareWithdrawn = "PrepareWithdrawn"
 )
 
 // ConditionEvictionDue is the condition a Ready Surge gets when its node is being drained: its
@@ -186,7 +191,7 @@ func Decide(cfg Config, o Observation) Action {
 		if o.LiveOnNode == 0 {
 			return Action{Kind: ActMarkResolved}
 		}
-		if o.CurrentDrain != s.Spec.Drain {
+		if o.CurrentDrain != s.Spec.Drain && !prepared(s) {
 			// The drain this surge was made for is over (the node went through it, or it was called
 			// off) while a pod of the workload is on the node: one the ReplicaSet placed there after
 			// the node came back, or the blocked one, never evicted. Nothing is blocked any more, and
@@ -242,7 +247,7 @@ func decidePending(cfg Config, o Observation) Action {
 	case o.PodOwnerGone:
 		return Action{Kind: ActFinish}
 	}
-	if _, done := finished(cfg, o); done || o.CurrentDrain != o.Surge.Spec.Drain {
+	if _, done := finished(cfg, o); done || stallGone(o) {
 		// The stall ended before the fields were written: nothing to surge, nothing to restore.
 		return Action{Kind: ActFinish}
 	}
@@ -277,7 +282,7 @@ func decideRestoring(o Observation) Action {
 // drain lasts, at most for --max-surge-duration.
 func decideFailed(cfg Config, o Observation) Action {
 	s := o.Surge
-	if o.Node == nil || o.CurrentDrain != s.Spec.Drain {
+	if o.Node == nil || stallGone(o) || (prepared(s) && (o.Pool == nil || mco.PoolUpdated(o.Pool))) {
 		return Action{Kind: ActForget}
 	}
 	since := s.Spec.StartTime.Time
@@ -298,6 +303,9 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	}
 	if o.Now.Sub(o.Surge.Spec.StartTime.Time) >= cfg.MaxSurgeDuration {
 		return Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true}, true
+	}
+	if prepared(o.Surge) && o.PrepareWithdrawn {
+		return Action{Kind: ActStartRestore, Reason: ReasonPrepareWithdrawn}, true
 	}
 	if reason, done := finished(cfg, o); done {
 		return Action{Kind: ActStartRestore, Reason: reason}, true
@@ -324,6 +332,9 @@ func finished(cfg Config, o Observation) (string, bool) {
 		return ReasonNodeDeleted, true
 	}
 	s := o.Surge
+	if prepared(s) {
+		return preparedFinished(o)
+	}
 	if Trigger(s.Spec.Trigger) == TriggerCordoned || s.Spec.Pool == "" {
 		return ReasonUncordoned, !o.Node.Spec.Unschedulable
 	}
@@ -350,6 +361,34 @@ func finished(cfg Config, o Observation) (string, bool) {
 	return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
 }
 
+// prepared reports whether the surge was made ahead of its pool's update (TriggerPrepared).
+func prepared(s *v1alpha1.Surge) bool { return Trigger(s.Spec.Trigger) == TriggerPrepared }
+
+// stallGone reports whether what the surge was made for is over: the node's drain (the drain the
+// Surge names is not the node's current one), or, for a Prepared surge, the pool's request.
+func stallGone(o Observation) bool {
+	if prepared(o.Surge) {
+		return o.PrepareWithdrawn
+	}
+	return o.CurrentDrain != o.Surge.Spec.Drain
+}
+
+// preparedFinished is finished for a Prepared surge: both replicas are held until the pool is Updated
+// (its update ran: a pending update keeps status.configuration behind spec), whatever --restore says,
+// so that every drain of the update finds the workload with a replica to spare. Only a stall waiting
+// for the capacity it holds takes it back earlier, once the workload stays available without it.
+func preparedFinished(o Observation) (string, bool) {
+	switch {
+	case o.Node == nil:
+		return ReasonNodeDeleted, true
+	case o.CapacityWanted && o.ReadySurvivors >= max(o.Surge.Spec.Replicas, 1):
+		return ReasonCapacityNeeded, true
+	case o.Pool == nil:
+		return ReasonPoolDeleted, true
+	}
+	return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
+}
+
 func allIn(states []workload.FieldState, want workload.FieldState) bool {
 	for _, s := range states {
 		if s != want {
@@ -368,12 +407,15 @@ func anyIn(states []workload.FieldState, want workload.FieldState) bool {
 	return false
 }
 
-// InFlight reports whether a Surge in this phase is a stall being served, the kind
-// --max-concurrent-surges bounds: a surge held only for safety, or being restored, is not.
-func InFlight(p v1alpha1.Phase) bool {
-	switch p {
-	case v1alpha1.PhasePending, v1alpha1.PhaseSurged, v1alpha1.PhaseReady:
+// InFlight reports whether a Surge is a stall being served, the kind --max-concurrent-surges bounds:
+// a surge held only for safety, or being restored, is not; nor is a Prepared surge once its
+// replacement is Ready (it waits for its pool's update, which may be hours away).
+func InFlight(s *v1alpha1.Surge) bool {
+	switch s.PhaseOf() {
+	case v1alpha1.PhasePending, v1alpha1.PhaseSurged:
 		return true
+	case v1alpha1.PhaseReady:
+		return !prepared(s)
 	}
 	return false
 }

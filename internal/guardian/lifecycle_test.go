@@ -43,6 +43,7 @@ func TestDecide(t *testing.T) {
 	cases = append(cases, restoringCases()...)
 	cases = append(cases, failedCases()...)
 	cases = append(cases, lookaheadCases()...)
+	cases = append(cases, preparedCases()...)
 
 	seen := map[ActionKind]bool{}
 	for _, tt := range cases {
@@ -711,12 +712,20 @@ func TestInFlight(t *testing.T) {
 		v1alpha1.PhaseFailed:    false,
 	}
 	for p, w := range want {
-		if got := InFlight(p); got != w {
+		if got := InFlight(&v1alpha1.Surge{Status: v1alpha1.SurgeStatus{Phase: p}}); got != w {
 			t.Errorf("InFlight(%s) = %v, want %v", p, got, w)
 		}
 	}
-	if !InFlight((&v1alpha1.Surge{}).PhaseOf()) {
+	if !InFlight(&v1alpha1.Surge{}) {
 		t.Error("a Surge with no phase written (Pending) is not in flight")
+	}
+	// A prepared surge whose replacement is Ready waits for its pool's update, maybe for hours: it
+	// must not hold a slot that a stall blocking a drain needs.
+	prepared := func(p v1alpha1.Phase) *v1alpha1.Surge {
+		return &v1alpha1.Surge{Spec: v1alpha1.SurgeSpec{Trigger: string(TriggerPrepared)}, Status: v1alpha1.SurgeStatus{Phase: p}}
+	}
+	if !InFlight(prepared(v1alpha1.PhaseSurged)) || InFlight(prepared(v1alpha1.PhaseReady)) {
+		t.Error("a Prepared surge is in flight until its replacement is Ready, and only until then")
 	}
 }
 
@@ -769,7 +778,7 @@ func TestFourSingleReplicaModelsOnFourNodes(t *testing.T) {
 		cfg.Restore = RestorePool
 		inFlight := 0
 		for _, m := range models {
-			if InFlight(surges[m].PhaseOf()) {
+			if InFlight(surges[m]) {
 				inFlight++
 			}
 			got := Decide(cfg, observe(m, updatingPool()))
@@ -805,7 +814,7 @@ func TestFourSingleReplicaModelsOnFourNodes(t *testing.T) {
 			}
 		}
 		// m3's replacement is not Ready yet: its surge stays, in flight.
-		if got := Decide(cfg, observe("m3", updatingPool())); got.Kind != ActWait || !InFlight(surges["m3"].PhaseOf()) {
+		if got := Decide(cfg, observe("m3", updatingPool())); got.Kind != ActWait || !InFlight(surges["m3"]) {
 			t.Errorf("m3: Decide() = %+v, want Wait while in flight", got)
 		}
 		// Had m1's replacement landed on n4, which the update has still to drain, restoring m1 would
@@ -902,6 +911,60 @@ func lookaheadCases() []decideCase {
 			obs:  func(o *Observation) { o.Node = updatedNode(); o.CurrentDrain = "" },
 			want: Action{Kind: ActMarkResolved, Reason: ReasonDrainOver},
 		},
+	}
+}
+
+// pausedPool is a paused pool whose render controller moved spec.configuration to rendered-b: the
+// update waits for its window.
+func pausedPool() *mcfgv1.MachineConfigPool {
+	p := updatingPool()
+	p.Spec.Paused = true
+	p.Status.Conditions = []mcfgv1.MachineConfigPoolCondition{
+		{Type: mcfgv1.MachineConfigPoolUpdated, Status: corev1.ConditionFalse},
+		{Type: mcfgv1.MachineConfigPoolUpdating, Status: corev1.ConditionFalse},
+	}
+	return p
+}
+
+// preparedCases: a surge made ahead of a paused pool's update at the admin's request. Both replicas
+// are held until the pool is Updated, whatever --restore says.
+func preparedCases() []decideCase {
+	prepared := func(s *v1alpha1.Surge) { s.Spec.Trigger = string(TriggerPrepared) }
+	// waiting: the pool is paused, the node runs the old config and is drained by no one.
+	waiting := func(o *Observation) { o.Node, o.Pool, o.CurrentDrain = oldNode(), pausedPool(), "" }
+	safe := func(o *Observation) { waiting(o); o.LiveOnNode, o.ReadyOnSafeNodes, o.ReadySurvivors = 0, 2, 2 }
+	return []decideCase{
+		{name: "prepared: no drain yet: write the fields", surge: prepared, obs: waiting, want: Action{Kind: ActWriteFields}},
+		{name: "prepared: withdrawn before the write: finish", surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.PrepareWithdrawn = true }, want: Action{Kind: ActFinish}},
+		{name: "prepared: replacement Ready: mark Ready, do not evict", phase: v1alpha1.PhaseSurged, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.ReadyElsewhere = 1 }, want: Action{Kind: ActMarkReady}},
+		{name: "prepared: Ready while the pool waits for its window: hold, the drain has not come", phase: v1alpha1.PhaseReady, surge: prepared,
+			obs: waiting, want: Action{Kind: ActWait, After: defaultRecheckPeriod}},
+		{name: "prepared: Ready, its node now drained: evict", phase: v1alpha1.PhaseReady, surge: prepared,
+			want: Action{Kind: ActEvict, After: evictRetryPeriod}},
+		{name: "prepared: resolved, survivors safe: held until the pool is Updated", phase: v1alpha1.PhaseResolved, surge: prepared,
+			obs: safe, want: Action{Kind: ActWait, After: defaultRecheckPeriod}},
+		{name: "prepared: node-restore policy: still held until the pool is Updated", phase: v1alpha1.PhaseResolved, surge: prepared,
+			cfg: restore(RestoreNode), obs: func(o *Observation) { safe(o); o.Node = updatedNode() }, want: Action{Kind: ActWait, After: defaultRecheckPeriod}},
+		{name: "prepared: pool Updated: restore", phase: v1alpha1.PhaseResolved, surge: prepared,
+			obs: func(o *Observation) { safe(o); o.Pool = updatedPool() }, want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated}},
+		{name: "prepared: pool Updated before its node was drained (config reverted): restore", phase: v1alpha1.PhaseReady, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.Pool = updatedPool() }, want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated}},
+		{name: "prepared: annotation removed: restore", phase: v1alpha1.PhaseReady, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.PrepareWithdrawn = true }, want: Action{Kind: ActStartRestore, Reason: ReasonPrepareWithdrawn}},
+		{name: "prepared: a stall waits for its capacity: give it back while the workload stays available", phase: v1alpha1.PhaseReady, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.CapacityWanted, o.ReadySurvivors = true, 1 }, want: Action{Kind: ActStartRestore, Reason: ReasonCapacityNeeded}},
+		{name: "prepared: a stall waits for capacity, no survivor Ready: hold", phase: v1alpha1.PhaseReady, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.CapacityWanted = true }, want: Action{Kind: ActWait, After: defaultRecheckPeriod}},
+		{name: "prepared: --max-surge-duration: restore, failed", phase: v1alpha1.PhaseReady, surge: func(s *v1alpha1.Surge) { prepared(s); startedAgo(25 * time.Hour)(s) },
+			obs: waiting, want: Action{Kind: ActStartRestore, Reason: ReasonMaxDuration, Failed: true}},
+		{name: "prepared: failed, the pool still waits: kept so that it is not retried", phase: v1alpha1.PhaseFailed, surge: prepared,
+			obs: waiting, want: Action{Kind: ActWait, After: defaultRecheckPeriod}},
+		{name: "prepared: failed, annotation removed: forget", phase: v1alpha1.PhaseFailed, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.PrepareWithdrawn = true }, want: Action{Kind: ActForget}},
+		{name: "prepared: failed, pool Updated: forget", phase: v1alpha1.PhaseFailed, surge: prepared,
+			obs: func(o *Observation) { waiting(o); o.Pool = updatedPool() }, want: Action{Kind: ActForget}},
 	}
 }
 

@@ -319,7 +319,7 @@ func existing(cfg StallConfig, w *Wave, st *Stall, d Decision) (Decision, bool) 
 	switch {
 	case s.PhaseOf() != v1alpha1.PhaseFailed:
 		return d.with(OutcomeCovered, StallNone, "Surge %s serves it", s.Name), true
-	case s.Spec.Node == w.Node && s.Spec.Drain == w.Drain.Drain:
+	case s.Spec.Node == w.Node && s.Spec.Drain == w.Drain.Drain && !failedPrepare(s, w):
 		return d.with(OutcomeUnresolvable, StallSurgeFailed, "Surge %s failed for this drain (%s): %s", s.Name, s.Status.Reason, s.Status.Message), true
 	case cfg.Predicting:
 		d.Existing = nil
@@ -330,9 +330,18 @@ func existing(cfg StallConfig, w *Wave, st *Stall, d Decision) (Decision, bool) 
 	return d, true
 }
 
+// failedPrepare: a prepared surge failed ahead of the drain that has now come; the drain gets a
+// surge of its own.
+func failedPrepare(s *v1alpha1.Surge, w *Wave) bool {
+	return Trigger(s.Spec.Trigger) == TriggerPrepared && w.Drain.Trigger != TriggerPrepared
+}
+
 // room decides whether the planned surge can be made now: capacity, then the concurrency limit.
 // A look-ahead surge is only for spare capacity and never takes the last slot.
 func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
+	if w.Drain.Trigger == TriggerPrepared {
+		return prepareRoom(cfg, w, st, d)
+	}
 	delta := int(d.Delta)
 	lookahead := w.Drain.Trigger == TriggerMCOPredicted
 	if lookahead && !lookaheadFits(w, st.Pod, delta) {

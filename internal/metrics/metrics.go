@@ -43,6 +43,27 @@ type Metrics struct {
 	// PredictedBlocks and PredictedMissingCapacity are the prediction of the next update (package check).
 	PredictedBlocks          *prometheus.GaugeVec
 	PredictedMissingCapacity *prometheus.GaugeVec
+
+	// PreparedWorkloads counts, per pool being prepared (drain-guardian.io/prepare), the workloads
+	// that would stall its next update, by state (see PreparedStates).
+	PreparedWorkloads *prometheus.GaugeVec
+}
+
+// The states of drain_guardian_prepared_workloads.
+const (
+	// PreparedReady: the workload's extra replica is Ready: its drain will not stall.
+	PreparedReady = "prepared"
+	// PreparedStarting: surged, the extra replica is not Ready yet.
+	PreparedStarting = "preparing"
+	// PreparedWaiting: not surged yet: no spare capacity or surge slot after the stalls being served.
+	PreparedWaiting = "waiting"
+	// PreparedUnresolvable: no surge helps (the same reasons as a stall's).
+	PreparedUnresolvable = "unresolvable"
+)
+
+// PreparedStates lists every state of drain_guardian_prepared_workloads.
+func PreparedStates() []string {
+	return []string{PreparedReady, PreparedStarting, PreparedWaiting, PreparedUnresolvable}
 }
 
 // durationBuckets spans a replacement that is Ready in seconds to a stall that lasts hours: 1s .. ~4.5h.
@@ -144,7 +165,11 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "predicted_missing_capacity",
 		Help: "Extended resources (and DRA devices, as deviceclass.resource.kubernetes.io/<class>) the surges of the pool's next update would need beyond what is free.",
 	}, []string{"pool", "resource"})
-	m.Registry.MustRegister(m.PredictedBlocks, m.PredictedMissingCapacity)
+	m.PreparedWorkloads = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "prepared_workloads",
+		Help: "Workloads that would stall the next update of a pool being prepared (drain-guardian.io/prepare), by state (prepared, preparing, waiting, unresolvable).",
+	}, []string{"pool", "state"})
+	m.Registry.MustRegister(m.PredictedBlocks, m.PredictedMissingCapacity, m.PreparedWorkloads)
 	m.Registry.MustRegister(
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
@@ -183,5 +208,6 @@ func Names() []string {
 		"drain_guardian_build_info",
 		"drain_guardian_predicted_blocks",
 		"drain_guardian_predicted_missing_capacity",
+		"drain_guardian_prepared_workloads",
 	}, workqueueNames()...)
 }

@@ -1,0 +1,318 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
+)
+
+// Event reasons of a pool being prepared (recorded on the MachineConfigPool).
+const (
+	// ReasonPoolPreparing: some workloads that would stall the pool's next update are not prepared yet.
+	ReasonPoolPreparing = "PoolPreparing"
+	// ReasonPoolPrepared: every workload that would stall the pool's next update has a Ready extra replica.
+	ReasonPoolPrepared = "PoolPrepared"
+	// ReasonNothingToPrepare: the pool has no pending update.
+	ReasonNothingToPrepare = "NothingToPrepare"
+)
+
+const actionPrepare = "Prepare"
+
+// prepareRecheck is how often a pool being prepared is looked at again without any change: free
+// capacity moves without an event on the pool.
+const prepareRecheck = guardian.DeferRetry
+
+// syncPool prepares a pool annotated drain-guardian.io/prepare=true for its next update: observe (the
+// blocked pods of its nodes still to update, in the MCO's order), decide (guardian.DecidePrepare, under
+// the executor's admission with the surges it starts), apply (cleanups, Event, gauge). The pool is
+// only read, never written.
+func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, error) {
+	if c.pools == nil {
+		return 0, nil
+	}
+	pool, err := c.pools.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.preparations.forget(name, c.metrics)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !guardian.PrepareRequested(pool) || !c.poolSelector.Matches(labels.Set(pool.Labels)) {
+		c.preparations.forget(name, c.metrics)
+		return 0, nil
+	}
+	config := guardian.PendingConfig(pool)
+	if config == "" {
+		c.preparations.set(name, prepareCounts{}, c.metrics)
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s has no pending update (spec.configuration is status.configuration %s): nothing to prepare", name, pool.Status.Configuration.Name)
+		return 0, nil
+	}
+	nodes, err := c.observePrepare(pool, config)
+	if err != nil {
+		return 0, err
+	}
+	decisions, starts := c.decidePrepare(ctx, config, nodes)
+	counts, err := c.applyPrepare(ctx, pool.Name, nodes, decisions, starts)
+	c.preparations.set(name, counts, c.metrics)
+	c.reportPrepared(pool, config, counts)
+	return prepareRecheck, err
+}
+
+// observePrepare reads the stalls of the pool's nodes that its next update has still to take, in the
+// MCO's order. Nodes updating now are left to the stall path, which serves their drains.
+func (c *Controller) observePrepare(pool *mcfgv1.MachineConfigPool, config string) ([]*nodeObservation, error) {
+	plan := c.plan(pool)
+	var out []*nodeObservation
+	for _, n := range append(append(append([]*corev1.Node{}, plan.Now...), plan.Later...), plan.Skipped...) {
+		obs := &nodeObservation{node: n, pool: pool.Name, wave: guardian.Wave{
+			Node: n.Name, Drain: guardian.NodeDrain{Trigger: guardian.TriggerPrepared, Drain: config}, PoolSelected: true}}
+		if err := c.observeStalls(obs); err != nil {
+			return nil, err
+		}
+		out = append(out, obs)
+	}
+	return out, nil
+}
+
+// decidePrepare decides the pool's prepared surges and starts them under the executor's admission,
+// after every stall in flight (see decideStalls).
+func (c *Controller) decidePrepare(ctx context.Context, config string, nodes []*nodeObservation) ([]guardian.PrepareDecision, map[[2]int]*surgeStart) {
+	var decisions []guardian.PrepareDecision
+	starts := map[[2]int]*surgeStart{}
+	c.exec.admit(ctx, func() []*surgeStart {
+		view := c.flight.view(c.surges.List())
+		pools := c.newPoolLookup()
+		p := guardian.Prepare{
+			Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
+			Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
+			CapacityWanted: c.drains.anyCapacityWanted(),
+			WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
+		}
+		for _, obs := range nodes {
+			p.Nodes = append(p.Nodes, guardian.PrepareNode{Node: obs.node.Name, Stalls: obs.wave.Stalls})
+		}
+		decisions = guardian.DecidePrepare(c.stallConfig(), p)
+		var out []*surgeStart
+		for i, nd := range decisions {
+			for j, d := range nd.Decisions {
+				if d.Outcome == guardian.OutcomeSurge && d.SameAs < 0 {
+					starts[[2]int{i, j}] = c.surgeStart(nodes[i], &nodes[i].wave.Stalls[j], d)
+					out = append(out, starts[[2]int{i, j}])
+				}
+			}
+		}
+		return out
+	})
+	return decisions, starts
+}
+
+// prepareCounts are the pool's workloads that would stall its next update, by state; the names of
+// those not prepared say why. A workload with a Surge is counted once, by its Surge's name.
+type prepareCounts struct {
+	byState map[string]int
+	notes   []string
+	surges  map[string]bool
+}
+
+func (pc *prepareCounts) add(state, note, surge string) {
+	if surge != "" {
+		if pc.surges[surge] {
+			return
+		}
+		if pc.surges == nil {
+			pc.surges = map[string]bool{}
+		}
+		pc.surges[surge] = true
+	}
+	if pc.byState == nil {
+		pc.byState = map[string]int{}
+	}
+	pc.byState[state]++
+	if note != "" {
+		pc.notes = append(pc.notes, note)
+	}
+}
+
+// preparedState is the state of a workload whose Surge serves the pool's update.
+func preparedState(s *v1alpha1.Surge) string {
+	switch s.PhaseOf() {
+	case v1alpha1.PhaseReady, v1alpha1.PhaseResolved:
+		return metrics.PreparedReady
+	case v1alpha1.PhaseRestoring, v1alpha1.PhaseFailed:
+		return metrics.PreparedWaiting
+	}
+	return metrics.PreparedStarting
+}
+
+// applyPrepare deletes the failed Surges in the way and counts every workload by state: those still
+// blocked as decided, then those the pool's Prepared Surges made safe (their PDB allows a disruption
+// now, so they no longer block). A surge that could not be created, and an owner that could not be
+// read, are retried.
+func (c *Controller) applyPrepare(ctx context.Context, pool string, nodes []*nodeObservation, decisions []guardian.PrepareDecision, starts map[[2]int]*surgeStart) (prepareCounts, error) {
+	var counts prepareCounts
+	var firstErr error
+	for i, nd := range decisions {
+		for j, d := range nd.Decisions {
+			if d.SameAs >= 0 || d.Outcome == guardian.OutcomeIgnore {
+				continue
+			}
+			state, note, err := c.applyPrepared(ctx, nodes[i], j, d, starts[[2]int{i, j}])
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			counts.add(state, note, surgeNameOf(d, &nodes[i].wave.Stalls[j], starts[[2]int{i, j}]))
+		}
+	}
+	for _, s := range c.surges.List() {
+		if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared && s.Spec.Pool == pool && s.PhaseOf() != v1alpha1.PhaseFailed {
+			counts.add(preparedState(s), "", s.Name)
+		}
+	}
+	sort.Strings(counts.notes)
+	return counts, firstErr
+}
+
+// surgeNameOf names the workload's Surge, just started or found, "" when it has none.
+func surgeNameOf(d guardian.Decision, st *guardian.Stall, start *surgeStart) string {
+	switch {
+	case d.Outcome == guardian.OutcomeSurge && start != nil:
+		return start.surge.Name
+	case st.Existing != nil:
+		return st.Existing.Name
+	}
+	return ""
+}
+
+// applyPrepared carries out one workload's prepare decision and says in which state it is.
+func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j int, d guardian.Decision, start *surgeStart) (string, string, error) {
+	st := &obs.wave.Stalls[j]
+	what := fmt.Sprintf("%s %s/%s on %s", d.Regarding.Kind, d.Regarding.Namespace, d.Regarding.Name, obs.node.Name)
+	switch d.Outcome {
+	case guardian.OutcomeSurge:
+		if start.err != nil && !apierrors.IsAlreadyExists(start.err) && !errors.Is(start.err, errDryRun) {
+			return metrics.PreparedWaiting, what + ": creating its Surge failed", start.err
+		}
+		if start.err == nil {
+			c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
+				"Surging %s ahead of the update of pool %s, so that node %s drains without waiting for pod %s (Surge %s)",
+				describeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
+			c.enqueueSurge(start.surge)
+		}
+		return metrics.PreparedStarting, "", nil
+	case guardian.OutcomeCovered:
+		c.enqueueSurge(d.Existing)
+		if state := preparedState(d.Existing); state == metrics.PreparedWaiting {
+			return state, what + ": its Surge is being restored", nil
+		}
+		return preparedState(d.Existing), "", nil
+	case guardian.OutcomeCleanup:
+		c.enqueueSurge(d.Existing)
+		return metrics.PreparedWaiting, what + ": " + d.Detail, c.exec.deleteSurge(ctx, d.Existing)
+	case guardian.OutcomeUnresolvable:
+		return metrics.PreparedUnresolvable, fmt.Sprintf("%s: %s: %s", what, d.Reason, d.Detail), nil
+	}
+	if d.Reason == guardian.StallPDBStatusBehind && st.Existing != nil {
+		// The replacement just turned Ready and the PDB's status has not counted it yet.
+		return preparedState(st.Existing), "", nil
+	}
+	if d.Reason == guardian.StallUnknown {
+		return metrics.PreparedWaiting, what + ": " + d.Detail, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)
+	}
+	return metrics.PreparedWaiting, what + ": " + d.Detail, nil
+}
+
+// reportPrepared records the pool's readiness Event: PoolPrepared once every workload that would
+// stall its update is prepared, else PoolPreparing with the counts and what waits.
+func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config string, pc prepareCounts) {
+	total := 0
+	for _, n := range pc.byState {
+		total += n
+	}
+	ready := pc.byState[metrics.PreparedReady]
+	if ready == total {
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonPoolPrepared,
+			"Pool %s is prepared for %s: %d of %d workloads that would stall its update have a Ready extra replica", pool.Name, config, ready, total)
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if pc.byState[metrics.PreparedUnresolvable] > 0 {
+		eventType = corev1.EventTypeWarning
+	}
+	c.reportPrepare(pool, eventType, ReasonPoolPreparing,
+		"Pool %s prepares for %s: %d of %d workloads that would stall its update prepared, %d preparing, %d waiting, %d unresolvable: %s",
+		pool.Name, config, ready, total, pc.byState[metrics.PreparedStarting], pc.byState[metrics.PreparedWaiting],
+		pc.byState[metrics.PreparedUnresolvable], strings.Join(pc.notes, "; "))
+}
+
+// reportPrepare records an Event on the pool when its note differs from the last one recorded.
+func (c *Controller) reportPrepare(pool *mcfgv1.MachineConfigPool, eventType, reason, format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	if !c.preparations.changed(pool.Name, reason+note) {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: mcfgv1.GroupVersion.String(), Kind: "MachineConfigPool", Name: pool.Name, UID: pool.UID}
+	c.event(ref, eventType, reason, actionPrepare, "%s", note)
+}
+
+// preparations remembers, per pool being prepared, the last Event recorded and the states gauged,
+// so that an unchanged pool records nothing and a pool no longer prepared loses its series.
+type preparations struct {
+	mu     sync.Mutex
+	last   map[string]string
+	gauged map[string]bool
+}
+
+// changed records note as the pool's last and reports whether it differs from the one before.
+func (p *preparations) changed(pool, note string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		p.last = map[string]string{}
+	}
+	if p.last[pool] == note {
+		return false
+	}
+	p.last[pool] = note
+	return true
+}
+
+// set exports the pool's counts, every state included, so that a state emptied reads 0.
+func (p *preparations) set(pool string, pc prepareCounts, m *metrics.Metrics) {
+	p.mu.Lock()
+	if p.gauged == nil {
+		p.gauged = map[string]bool{}
+	}
+	p.gauged[pool] = true
+	p.mu.Unlock()
+	for _, s := range metrics.PreparedStates() {
+		m.PreparedWorkloads.WithLabelValues(pool, s).Set(float64(pc.byState[s]))
+	}
+}
+
+// forget drops a pool no longer prepared: its series and its last Event.
+func (p *preparations) forget(pool string, m *metrics.Metrics) {
+	p.mu.Lock()
+	gauged := p.gauged[pool]
+	delete(p.gauged, pool)
+	delete(p.last, pool)
+	p.mu.Unlock()
+	if gauged {
+		m.PreparedWorkloads.DeletePartialMatch(map[string]string{"pool": pool})
+	}
+}

@@ -1,0 +1,248 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/check"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/metrics"
+)
+
+// preparedPool: the worker pool is paused with rendered-2 pending (the render controller moved its
+// spec) and asked to be prepared; the model runs on w1, w2 is another node of the pool.
+func preparedPool(extra ...runtime.Object) []runtime.Object {
+	pool := workerPool(true)
+	pool.Spec.Paused = true
+	pool.Status.Conditions[1].Status = corev1.ConditionFalse // a paused pool is not Updating
+	pool.Annotations = map[string]string{guardian.PrepareAnnotation: "true"}
+	objs := []runtime.Object{namespace(ns), gpuNode("w1"), gpuNode("w2"), pool, pdb(0, 1, 1)}
+	objs = append(objs, model(1, "w1")...)
+	return append(objs, extra...)
+}
+
+func (h *harness) syncPool() {
+	h.t.Helper()
+	if _, err := h.c.syncPool(context.Background(), "worker"); err != nil {
+		h.t.Fatalf("syncPool: %v", err)
+	}
+	h.refresh()
+}
+
+// editPool applies mutate to the worker pool in the fake cluster.
+func (h *harness) editPool(mutate func(*mcfgv1.MachineConfigPool)) {
+	h.t.Helper()
+	pools := h.mco.MachineconfigurationV1().MachineConfigPools()
+	p, err := pools.Get(context.Background(), "worker", metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	mutate(p)
+	if _, err := pools.Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.refresh()
+}
+
+// readyReplacement is the scheduler and kubelet: the surged replica runs Ready on w2, and the PDB's
+// status counts it (it now allows one disruption: the model no longer blocks).
+func (h *harness) readyReplacement() {
+	h.t.Helper()
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	if _, err := h.kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(context.Background(), pdb(1, 2, 2), metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.refresh()
+}
+
+func (h *harness) prepared(state string) float64 {
+	return testutil.ToFloat64(h.metrics.PreparedWorkloads.WithLabelValues("worker", state))
+}
+
+// The window workflow: the paused pool is prepared, the model gets its second replica before the
+// window; unpaused, the MCO's drain of w1 finds it covered, and both replicas are held until the
+// pool is Updated, then restored.
+func TestPreparePoolSurgesAheadAndHoldsUntilUpdated(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.allowEvictions()
+	h.syncPool()
+	s := h.mustSurge(depSurge)
+	if guardian.Trigger(s.Spec.Trigger) != guardian.TriggerPrepared || s.Spec.Drain != "rendered-2" || s.Spec.Node != "w1" {
+		t.Fatalf("prepared Surge: trigger %q drain %q node %q; want Prepared, rendered-2, w1", s.Spec.Trigger, s.Spec.Drain, s.Spec.Node)
+	}
+	requireEvent(t, h.events(), "Normal", ReasonPoolPreparing, "0 of 1", "1 preparing")
+	h.settle(depSurge)
+	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseSurged {
+		t.Fatalf("replicas %d phase %s, want 2 Surged", h.replicas(), h.phase(depSurge))
+	}
+
+	h.readyReplacement()
+	h.settle(depSurge)
+	h.syncPool()
+	requireEvent(t, h.events(), "Normal", ReasonPoolPrepared, "1 of 1")
+	if h.prepared(metrics.PreparedReady) != 1 || h.prepared(metrics.PreparedWaiting) != 0 {
+		t.Fatalf("prepared_workloads: prepared %v waiting %v, want 1 and 0", h.prepared(metrics.PreparedReady), h.prepared(metrics.PreparedWaiting))
+	}
+	if h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("phase %s, want Ready while the pool waits for its window", h.phase(depSurge))
+	}
+	for _, w := range h.writes() {
+		if w == "create pods/eviction" {
+			t.Fatal("evicted from a node nobody drains")
+		}
+	}
+
+	// The window: unpaused, the MCO drains w1; the prepared Surge covers the stall.
+	h.editPool(func(p *mcfgv1.MachineConfigPool) { p.Spec.Paused = false; setPoolUpdated(p, false) })
+	h.updateNode("w1", func(n *corev1.Node) { draining(n) })
+	h.refresh()
+	h.syncNode("w1")
+	h.refresh()
+	if got := h.mustSurge(depSurge); got.UID != s.UID {
+		t.Fatal("the drain made a Surge of its own instead of using the prepared one")
+	}
+	h.deletePod("model-abc-a")
+	h.updateNode("w1", nodeUpdated)
+	h.refresh()
+	h.settle(depSurge)
+	if h.surge(depSurge) == nil || h.replicas() != 2 {
+		t.Fatalf("restored before the pool is Updated: replicas %d", h.replicas())
+	}
+
+	h.updatePool(true)
+	h.refresh()
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("not restored at pool Updated: phase %q replicas %d", h.phase(depSurge), h.replicas())
+	}
+}
+
+// Removing the annotation withdraws the request: the prepared surge is restored, the gauge goes.
+func TestPrepareWithdrawnRestores(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.readyReplacement()
+	h.settle(depSurge)
+	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("replicas %d, want 2 once prepared", h.replicas())
+	}
+	h.editPool(func(p *mcfgv1.MachineConfigPool) { delete(p.Annotations, guardian.PrepareAnnotation) })
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("not restored on withdrawal: phase %q replicas %d", h.phase(depSurge), h.replicas())
+	}
+	h.syncPool()
+	if n := testutil.CollectAndCount(h.metrics.PreparedWorkloads); n != 0 {
+		t.Fatalf("%d prepared_workloads series left for a pool no longer prepared", n)
+	}
+}
+
+// A pool with no pending update has nothing to prepare, and says so.
+func TestPrepareNothingPending(t *testing.T) {
+	objs := preparedPool()
+	pool := objs[3].(*mcfgv1.MachineConfigPool)
+	setPoolUpdated(pool, true)
+	h := newHarness(t, nil, objs...)
+	h.syncPool()
+	if h.surge(depSurge) != nil {
+		t.Fatal("surged for a pool with nothing pending")
+	}
+	requireEvent(t, h.events(), "Normal", ReasonNothingToPrepare, "no pending update")
+}
+
+// A prepared surge only uses capacity no stall needs: with a stall waiting for capacity, nothing is
+// prepared, and the pool says what waits.
+func TestPrepareYieldsToAStallWaitingForCapacity(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.c.drains.setNode("other", &nodeStats{pool: "infra"}, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
+	h.syncPool()
+	if h.surge(depSurge) != nil {
+		t.Fatal("prepared with capacity a stall waits for")
+	}
+	requireEvent(t, h.events(), "Normal", ReasonPoolPreparing, "1 waiting", "a stall waits for capacity")
+	if h.prepared(metrics.PreparedWaiting) != 1 {
+		t.Fatalf("prepared_workloads{waiting} = %v, want 1", h.prepared(metrics.PreparedWaiting))
+	}
+}
+
+// A guardian restarted after creating a prepared Surge (before writing its fields) makes no second
+// one: its sync finds the Surge and finishes it.
+func TestPrepareAfterRestartFinishesTheSurgeMade(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h2 := restart(t, nil, h.kube, h.mco, h.dyn)
+	h2.syncPool()
+	h2.settle(depSurge)
+	creates := 0
+	for _, w := range h2.writes() {
+		if w == "create surges" {
+			creates++
+		}
+	}
+	if creates != 1 || h2.replicas() != 2 {
+		t.Fatalf("%d Surges created, replicas %d; want one Surge and 2 replicas", creates, h2.replicas())
+	}
+}
+
+// check says per pool being prepared how many workloads are prepared and which still wait.
+func TestCheckReportsPrepare(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	prepareOf := func() *check.Prepare {
+		t.Helper()
+		r, err := h.c.Predict(PredictOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.Pools {
+			if p.Name == "worker" {
+				return p.Prepare
+			}
+		}
+		t.Fatal("no worker pool in the report")
+		return nil
+	}
+	if pr := prepareOf(); pr == nil || pr.Prepared != 0 || len(pr.Waiting) != 1 || !strings.HasPrefix(pr.Waiting[0], "models/model-abc-a on w1: resolvable") {
+		t.Fatalf("before the guardian prepared anything: %+v", pr)
+	}
+	h.syncPool()
+	h.settle(depSurge)
+	if pr := prepareOf(); pr.Preparing != 1 || len(pr.Waiting) != 0 {
+		t.Fatalf("surged, replacement not Ready: %+v", pr)
+	}
+	h.readyReplacement()
+	h.settle(depSurge)
+	pr := prepareOf()
+	if pr.Prepared != 1 || pr.Preparing != 0 || len(pr.Waiting) != 0 {
+		t.Fatalf("replacement Ready: %+v, want 1 prepared", pr)
+	}
+	var out strings.Builder
+	if err := check.Render(&out, &check.Report{Mode: "mco", Pools: []check.Pool{{Name: "worker", Prepare: pr}}}, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "PREPARED: 1 of 1 workloads") {
+		t.Errorf("table does not say the pool is prepared:\n%s", out.String())
+	}
+}
+
+// The replacement just turned Ready and the PDB's status has not counted it yet: the workload is
+// prepared, counted once, not also waiting.
+func TestPreparedWhilePDBStatusLags(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.syncPool()
+	requireEvent(t, h.events(), "Normal", ReasonPoolPrepared, "1 of 1")
+}
