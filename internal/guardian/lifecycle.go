@@ -42,6 +42,12 @@ type Observation struct {
 	CaughtUp bool
 	// CapacityWanted: a stall of the same pool waits for capacity that this surge holds.
 	CapacityWanted bool
+	// The Surge's own source, for a surge made for a source other than the MCO (FromSource):
+	// SourceDraining, the source is removing the node's pods now; SourceBack, the source has no
+	// drain of the node under way or failed and the node is schedulable (trigger.Signal.Back);
+	// SourceRolloutOver, the source drains no node of the cluster any more (the end of a driver
+	// rollout: every node done, failed or skipped).
+	SourceDraining, SourceBack, SourceRolloutOver bool
 }
 
 // ActionKind is what to do next for a Surge. Each action is at most one write.
@@ -74,8 +80,13 @@ const (
 
 // Restore reasons. The failure ones double as the failed-stall metric's reason label.
 const (
-	ReasonPoolUpdated    = "PoolUpdated"
-	ReasonNodeUpdated    = "NodeUpdated"
+	ReasonPoolUpdated = "PoolUpdated"
+	ReasonNodeUpdated = "NodeUpdated"
+	// ReasonNodeBack: the source of the surge's drain is done with the node (driver upgrade done,
+	// NodeMaintenance deleted) and it is schedulable again.
+	ReasonNodeBack = "NodeBack"
+	// ReasonRolloutOver: with --restore=pool, the source drains no node of the cluster any more.
+	ReasonRolloutOver    = "RolloutOver"
 	ReasonSurvivorsSafe  = "SurvivorsOnUpdatedNodes"
 	ReasonCapacityNeeded = "CapacityNeeded"
 	ReasonUncordoned     = "Uncordoned"
@@ -140,7 +151,7 @@ func Decide(cfg Config, o Observation) Action {
 	switch s.PhaseOf() {
 	case v1alpha1.PhaseSurged:
 		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
-			return Action{Kind: ActMarkReady, EvictNow: cfg.Evict && o.LiveOnNode > 0 && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node)}
+			return Action{Kind: ActMarkReady, EvictNow: cfg.Evict && o.LiveOnNode > 0 && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(o)}
 		}
 		if o.UnschedulableSince != nil {
 			stuck := o.Now.Sub(*o.UnschedulableSince)
@@ -165,7 +176,7 @@ func Decide(cfg Config, o Observation) Action {
 			// pool finishes, which it may never do while another stall waits for that capacity.
 			return Action{Kind: ActMarkResolved, Reason: ReasonDrainOver}
 		}
-		if cfg.Evict && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(s, o.Node) {
+		if cfg.Evict && o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(o) {
 			return Action{Kind: ActEvict, After: evictRetryPeriod}
 		}
 	}
@@ -243,11 +254,13 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	return Action{}, false
 }
 
-// beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, or the
-// stall came from a plain cordon. A node the MCO merely targeted, or is predicted to target, is not
-// evicted from before its drain.
-func beingDrained(s *v1alpha1.Surge, node *corev1.Node) bool {
-	return Trigger(s.Spec.Trigger) == TriggerCordoned || mco.ReadNode(node).Draining()
+// beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, the
+// Surge's source is (a driver upgrade deleting its GPU pods, a NodeMaintenance draining), or the
+// stall came from a plain cordon. A node merely targeted, or predicted, is not evicted from before
+// its drain.
+func beingDrained(o Observation) bool {
+	t := Trigger(o.Surge.Spec.Trigger)
+	return t == TriggerCordoned || mco.ReadNode(o.Node).Draining() || (FromSource(t) && o.SourceDraining)
 }
 
 // finished reports whether the surge has served its purpose, and why. A surge whose workload already
@@ -258,10 +271,13 @@ func finished(cfg Config, o Observation) (string, bool) {
 		return ReasonNodeDeleted, true
 	}
 	s := o.Surge
+	resolved, want := s.PhaseOf() == v1alpha1.PhaseResolved, max(s.Spec.Replicas, 1)
+	if FromSource(Trigger(s.Spec.Trigger)) {
+		return sourceFinished(cfg, o, resolved && o.CapacityWanted && o.ReadySurvivors >= want)
+	}
 	if Trigger(s.Spec.Trigger) == TriggerCordoned || s.Spec.Pool == "" {
 		return ReasonUncordoned, !o.Node.Spec.Unschedulable
 	}
-	resolved, want := s.PhaseOf() == v1alpha1.PhaseResolved, max(s.Spec.Replicas, 1)
 	switch {
 	case cfg.Restore == RestoreAuto && resolved && o.ReadyOnSafeNodes >= want:
 		return ReasonSurvivorsSafe, true
@@ -282,6 +298,20 @@ func finished(cfg Config, o Observation) (string, bool) {
 		return ReasonPoolDeleted, true
 	}
 	return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
+}
+
+// sourceFinished is finished for a surge made for a source other than the MCO: it is held until the
+// source is done with the node (a driver upgrade done, a NodeMaintenance deleted), and with
+// --restore=pool until the source's rollout is over; the MCO pool's progress does not matter to it.
+// capacityNeeded is the early restore that lets a stall waiting for capacity go on (see finished).
+func sourceFinished(cfg Config, o Observation, capacityNeeded bool) (string, bool) {
+	switch {
+	case capacityNeeded:
+		return ReasonCapacityNeeded, true
+	case cfg.Restore == RestorePool:
+		return ReasonRolloutOver, o.SourceBack && o.SourceRolloutOver
+	}
+	return ReasonNodeBack, o.SourceBack
 }
 
 func allIn(states []workload.FieldState, want workload.FieldState) bool {

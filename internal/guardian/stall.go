@@ -105,7 +105,7 @@ type Wave struct {
 	// Ledger is the capacity the wave's surges book against; shared by every wave of one sync or
 	// of one prediction step.
 	Ledger *Ledger
-	// Lookahead is the room for look-ahead surges (Drain.Trigger TriggerMCOPredicted); nil means none.
+	// Lookahead is the room for look-ahead surges (Drain.Lookahead()); nil means none.
 	Lookahead *Lookahead
 }
 
@@ -298,7 +298,7 @@ func existing(cfg StallConfig, w *Wave, st *Stall, d Decision) (Decision, bool) 
 // A look-ahead surge is only for spare capacity and never takes the last slot.
 func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	delta := int(d.Delta)
-	lookahead := w.Drain.Trigger == TriggerMCOPredicted
+	lookahead := w.Drain.Lookahead()
 	if lookahead && !lookaheadFits(w, st.Pod, delta) {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
 	}
