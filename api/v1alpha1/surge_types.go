@@ -86,7 +86,9 @@ type SurgeSpec struct {
 	// Pool is the node's MachineConfigPool; empty for a plain cordon.
 	// +optional
 	Pool string `json:"pool,omitempty"`
-	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead) or Cordoned.
+	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead), Cordoned,
+	// GPUDriverUpgrade (an NVIDIA GPU Operator driver upgrade) or NodeMaintenance.
+	// +kubebuilder:validation:Enum=MCODrain;MCOTargeted;MCOPredicted;Cordoned;GPUDriverUpgrade;NodeMaintenance
 	Trigger string `json:"trigger"`
 	// Drain identifies this drain of the node: the config it updates to, or the cordon time.
 	Drain string `json:"drain"`

@@ -110,6 +110,8 @@ type Controller struct {
 	drains  *drains
 	cordons cordons
 	gauges  *gauges
+	// sources reads the drains that do not come from the MCO (see sources.go).
+	sources *sources
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -206,6 +208,9 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		c.synced = append(c.synced, h.inf.HasSynced)
 	}
 
+	if err := c.watchSources(); err != nil {
+		return nil, err
+	}
 	if served, err := servesResource(clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools"); err != nil {
 		return nil, fmt.Errorf("discovering MachineConfigPools: %w", err)
 	} else if served && clients.MCO != nil {

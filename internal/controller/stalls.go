@@ -38,7 +38,7 @@ func (c *Controller) observeStalls(obs *nodeObservation) error {
 		}
 		obs.wave.Stalls = append(obs.wave.Stalls, st)
 	}
-	if obs.wave.Drain.Trigger == guardian.TriggerMCOPredicted {
+	if obs.wave.Drain.Lookahead() {
 		obs.wave.Lookahead = c.lookaheadRoom(obs.pool)
 	}
 	return nil

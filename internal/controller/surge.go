@@ -60,6 +60,7 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 		return retry, err
 	}
 	obs := c.observe(sc)
+	c.reportDrainFailed(sc, obs)
 	action := guardian.Decide(c.cfg, obs)
 	c.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
 		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
@@ -181,7 +182,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
 		obs.Node = n
 		pool := pools.of(n)
-		obs.CurrentDrain = c.nodeDrain(n, pool, c.predicted(n, pool), now).Drain
+		c.observeDrain(&obs, c.nodeDrain(n, pool, c.predicted(n, pool), now))
 	}
 	if s.Spec.Pool != "" && c.pools != nil {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)

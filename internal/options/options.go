@@ -61,13 +61,17 @@ type Options struct {
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 
-	Restore            string
-	Preemptive         bool
-	Evict              bool
-	ScheduleTimeout    time.Duration
-	ReadyTimeout       time.Duration
-	MaxSurgeDuration   time.Duration
-	CordonedNodes      bool
+	Restore          string
+	Preemptive       bool
+	Evict            bool
+	ScheduleTimeout  time.Duration
+	ReadyTimeout     time.Duration
+	MaxSurgeDuration time.Duration
+	CordonedNodes    bool
+	// GPUDriverUpgrades and NodeMaintenance switch the two non-MCO trigger sources (package trigger)
+	// on; each is also off while the cluster does not serve its API.
+	GPUDriverUpgrades  bool
+	NodeMaintenance    bool
 	CordonGracePeriod  time.Duration
 	NamespaceSelector  string
 	PoolSelector       string
@@ -123,6 +127,8 @@ func NewOptions() *Options {
 		HealthProbeBindAddress:  ":8081",
 		Restore:                 string(RestoreAuto),
 		Preemptive:              true,
+		GPUDriverUpgrades:       true,
+		NodeMaintenance:         true,
 		Evict:                   true,
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
@@ -167,6 +173,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "Label selector of the namespaces the guardian may act in (empty: all).")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector, "Label selector of the MachineConfigPools the guardian watches (empty: all).")
 	fs.IntVar(&o.MaxConcurrentSurge, "max-concurrent-surges", o.MaxConcurrentSurge, "At most this many stalls served at the same time (surges not yet resolved); surges held only until it is safe to restore them do not count.")
+	fs.BoolVar(&o.GPUDriverUpgrades, "gpu-driver-upgrades", o.GPUDriverUpgrades, "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.")
+	fs.BoolVar(&o.NodeMaintenance, "node-maintenance", o.NodeMaintenance, "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")

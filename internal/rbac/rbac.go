@@ -32,6 +32,11 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: readPatch},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readPatch},
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		// The other drains of a node, read only (package trigger): the GPU Operator's ClusterPolicy for
+		// its driver upgrade policy, and NodeMaintenance requests of medik8s and of NVIDIA's
+		// maintenance operator.
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
+		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		// Surges are the guardian's only persisted state, one per surged workload: created before the
