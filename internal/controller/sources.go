@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
@@ -299,4 +300,34 @@ func (c *Controller) reportDrainFailed(sc *surgeCase, obs guardian.Observation) 
 	c.event(sc.obj.ObjectReference(), corev1.EventTypeWarning, ReasonDrainFailed, actionReport,
 		"The %s of node %s failed (%q) while Surge %s served it; the node stays cordoned until someone intervenes. The surge is held until the node is back, at most --max-surge-duration",
 		t, s.Spec.Node, sig.Detail, s.Name)
+}
+
+// gpuWillDrain reports whether the driver upgrade has still to drain the node: it waits to be
+// picked, or is between its selection and its end.
+func gpuWillDrain(n *corev1.Node) bool {
+	return trigger.ReadGPUNode(n).Pending() || (trigger.GPUDriverUpgrades{}).Signal(n).Active()
+}
+
+// gpuLookaheadRoom is what a look-ahead surge ahead of the driver upgrade may use: capacity on nodes
+// neither the upgrade nor an MCO update will drain, after the replacements the stalls on the nodes
+// upgrading now will ask for (as lookaheadRoom is for the MCO).
+func (c *Controller) gpuLookaheadRoom(pool string) *guardian.Lookahead {
+	plan := trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy())
+	pools := c.newPoolLookup()
+	return &guardian.Lookahead{
+		CapacityWanted: c.drains.capacityWanted(pool),
+		WillNotDrain:   func(n *corev1.Node) bool { return !gpuWillDrain(n) && mco.WillNotDrain(n, pools.of(n)) },
+		Unserved:       c.unservedStalls(plan.Upgrading),
+	}
+}
+
+// enqueueGPUPredicted re-examines the nodes the driver upgrade will pick next when a node it
+// concerns changes: one node finishing moves the prediction along.
+func (c *Controller) enqueueGPUPredicted(node *corev1.Node) {
+	if !c.sources.gpu || c.cfg.Lookahead == 0 || !trigger.ReadGPUNode(node).Managed() {
+		return
+	}
+	for _, n := range trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy()).Predicted(c.cfg.Lookahead) {
+		c.enqueueNode(n.Name)
+	}
 }

@@ -216,3 +216,43 @@ func TestNodeMaintenanceSurgesEvictsAndRestoresAfterDeletion(t *testing.T) {
 		t.Fatalf("after the maintenance: replicas %d, Surge %v; want restored", h.replicas(), h.surge(depSurge))
 	}
 }
+
+// gpuAhead: the driver upgrade waits to pick w2, which runs the model; w1 and w3 are upgraded
+// already (the spare GPUs). The MCO pool is idle.
+func gpuAhead(states ...string) []runtime.Object {
+	nodes := []*corev1.Node{gpuNode("w1"), gpuNode("w2"), gpuNode("w3")}
+	for i, n := range nodes {
+		n.Labels[trigger.GPUUpgradeStateLabel] = states[i]
+	}
+	objs := []runtime.Object{namespace(ns), nodes[0], nodes[1], nodes[2], workerPool(false), pdb(0, 1, 1)}
+	return append(objs, model(1, "w2")...)
+}
+
+// The next node the upgrade controller will pick is surged ahead, on spare capacity of nodes the
+// upgrade will not drain; a node waiting with the skip label is not; nor is one when every spare
+// GPU sits on a node the upgrade has still to drain.
+func TestGPUDriverUpgradeLookahead(t *testing.T) {
+	done, waiting := trigger.GPUStateDone, trigger.GPUStateUpgradeRequired
+	h := newHarness(t, nil, gpuAhead(done, waiting, done)...)
+	h.syncNode("w2")
+	s := h.mustSurge(depSurge)
+	if s.Spec.Trigger != string(guardian.TriggerGPUDriverUpgrade) || s.Spec.Drain != "gpu-driver-upgrade" || h.lookahead(lookaheadSurged) != 1 {
+		t.Fatalf("look-ahead: trigger %q drain %q, lookahead surged %v", s.Spec.Trigger, s.Spec.Drain, h.lookahead(lookaheadSurged))
+	}
+	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "would block the driver upgrade of the GPU Operator's next pick, node w2")
+
+	skipped := newHarness(t, nil, gpuAhead(done, waiting, done)...)
+	skipped.updateNode("w2", func(n *corev1.Node) { n.Labels[trigger.GPUUpgradeSkipLabel] = "true" })
+	skipped.refresh()
+	skipped.syncNode("w2")
+	if skipped.surge(depSurge) != nil {
+		t.Fatalf("surged a node that opted out of driver upgrades")
+	}
+
+	lookahead2 := func(o *options.Options) { o.Lookahead = 2 }
+	noSpare := newHarness(t, lookahead2, gpuAhead(trigger.GPUStateCordonRequired, waiting, waiting)...)
+	noSpare.syncNode("w2")
+	if noSpare.surge(depSurge) != nil || noSpare.lookahead(lookaheadSkipped) != 1 {
+		t.Fatalf("surged ahead onto a node the upgrade will drain: Surge %v, skipped %v", noSpare.surge(depSurge), noSpare.lookahead(lookaheadSkipped))
+	}
+}
