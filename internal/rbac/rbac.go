@@ -70,6 +70,10 @@ func CheckRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "deployments", "statefulsets"}, Verbs: readOnly},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		// The stalls a driver upgrade would meet (the ClusterPolicy's upgrade policy); check runs the
+		// daemon's informers, NodeMaintenances included.
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
+		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readOnly},
 		// In-flight Surges: their pending replacements take capacity first.
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: readOnly},
