@@ -42,9 +42,18 @@ type sources struct {
 
 // signals is every source's view of node, in a fixed order (see guardian.DominantDrain).
 func (s *sources) signals(node *corev1.Node) []trigger.Signal {
+	return s.read(node, true)
+}
+
+// read is signals; without predict, no node is predicted (the prediction reads every node).
+func (s *sources) read(node *corev1.Node, predict bool) []trigger.Signal {
 	var out []trigger.Signal
 	if s.gpu {
-		out = append(out, trigger.GPUDriverUpgrades{Predicted: s.gpuPredicted(node)}.Signal(node))
+		var predicted map[string]bool
+		if predict {
+			predicted = s.gpuPredicted(node)
+		}
+		out = append(out, trigger.GPUDriverUpgrades{Predicted: predicted}.Signal(node))
 	}
 	if len(s.maintenances) > 0 {
 		out = append(out, trigger.NewNodeMaintenances(s.maintenancesOf(node.Name)).Signal(node))
@@ -330,4 +339,15 @@ func (c *Controller) enqueueGPUPredicted(node *corev1.Node) {
 	for _, n := range trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy()).Predicted(c.cfg.Lookahead) {
 		c.enqueueNode(n.Name)
 	}
+}
+
+// drainingNow reports whether a source other than the MCO has picked the node, or is draining it or
+// working on it drained: its pods are about to leave, or must not come back yet.
+func (s *sources) drainingNow(n *corev1.Node) bool {
+	for _, sig := range s.read(n, false) {
+		if sig.Active() && sig.Phase != trigger.PhasePredicted {
+			return true
+		}
+	}
+	return false
 }

@@ -256,3 +256,30 @@ func TestGPUDriverUpgradeLookahead(t *testing.T) {
 		t.Fatalf("surged ahead onto a node the upgrade will drain: Surge %v, skipped %v", noSpare.surge(depSurge), noSpare.lookahead(lookaheadSkipped))
 	}
 }
+
+// A node another source has picked or drains counts as updating now: a replica there is no
+// survivor a restore may rely on, and the first a restore removes.
+func TestNodesOtherSourcesDrainAreUpdatingNow(t *testing.T) {
+	h := newHarness(t, nil, gpuUpgrade()...)
+	for state, want := range map[string]bool{
+		trigger.GPUStateUpgradeRequired: false, trigger.GPUStateCordonRequired: true,
+		trigger.GPUStatePodRestartRequired: true, trigger.GPUStateDone: false, trigger.GPUStateFailed: false,
+	} {
+		h.updateNode("w1", gpuState(state, false))
+		h.refresh()
+		n, err := h.c.nodes.Get("w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.c.updatingNow(n); got != want {
+			t.Errorf("%s: updatingNow = %v, want %v", state, got, want)
+		}
+	}
+	if _, err := h.dyn.Resource(trigger.Medik8sNodeMaintenanceGVR).Create(context.Background(), nodeMaintenance("w2", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	if n, _ := h.c.nodes.Get("w2"); !h.c.updatingNow(n) {
+		t.Errorf("a node a NodeMaintenance is about to drain is not updating now")
+	}
+}

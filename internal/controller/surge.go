@@ -228,7 +228,7 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		if err != nil {
 			continue
 		}
-		if updatingNow(node) {
+		if c.updatingNow(node) {
 			continue
 		}
 		survivors++
@@ -237,6 +237,12 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		}
 	}
 	return safe, survivors
+}
+
+// updatingNow is updatingNow, or another source has picked or is draining the node (see
+// sources.drainingNow).
+func (c *Controller) updatingNow(n *corev1.Node) bool {
+	return updatingNow(n) || c.sources.drainingNow(n)
 }
 
 // updatingNow reports whether the node is cordoned, or targeted or drained by the MCO: its pods are
@@ -565,9 +571,9 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 		switch {
 		case p.Spec.NodeName == "" || err != nil:
 			return 0
-		case updatingNow(n):
+		case c.updatingNow(n):
 			return 1
-		case !mco.WillNotDrain(n, pools.of(n)):
+		case !mco.WillNotDrain(n, pools.of(n)) || (c.sources.gpu && gpuWillDrain(n)):
 			return 2
 		}
 		return rankSafe
