@@ -94,8 +94,9 @@ type SurgeSpec struct {
 	// +optional
 	Pool string `json:"pool,omitempty"`
 	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead), Cordoned,
-	// or Prepared (surged ahead of the pool's update at the admin's request, held until it is Updated).
-	// +kubebuilder:validation:Enum=MCODrain;MCOTargeted;MCOPredicted;Cordoned;Prepared
+	// GPUDriverUpgrade (an NVIDIA GPU Operator driver upgrade), NodeMaintenance, or Prepared (surged
+	// ahead of the pool's update at the admin's request, held until it is Updated).
+	// +kubebuilder:validation:Enum=MCODrain;MCOTargeted;MCOPredicted;Cordoned;GPUDriverUpgrade;NodeMaintenance;Prepared
 	Trigger string `json:"trigger"`
 	// Drain identifies this drain of the node: the config it updates to, or the cordon time.
 	Drain string `json:"drain"`

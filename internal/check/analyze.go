@@ -19,6 +19,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -40,6 +41,9 @@ type Cluster struct {
 	Surge func(*workload.Target) *v1alpha1.Surge
 	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
 	Devices *blocking.Devices
+	// GPUUpgrade is the GPU Operator's driver upgrade policy (trigger.ActiveUpgradePolicy); nil when
+	// driver upgrades are not followed (--gpu-driver-upgrades=false).
+	GPUUpgrade *trigger.UpgradePolicy
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -74,15 +78,28 @@ func Analyze(cl Cluster, cfg Config) *Report {
 	if cl.Pools == nil {
 		r.Mode = "cordon"
 		r.Pools = append(r.Pools, a.pool(NoPool, true, "", 1, byName(cl.Nodes), nil))
-		return r
+	} else {
+		r.Pools = append(r.Pools, a.mcoPools()...)
 	}
+	if cl.GPUUpgrade != nil {
+		if p, ok := a.gpuUpgrade(*cl.GPUUpgrade); ok {
+			r.Pools = append(r.Pools, p)
+		}
+	}
+	return r
+}
+
+// mcoPools predicts every MachineConfigPool's next update, then the nodes in no pool.
+func (a *analysis) mcoPools() []Pool {
+	cl, cfg := a.cl, a.cfg
+	var out []Pool
 	pools := append([]*mcfgv1.MachineConfigPool{}, cl.Pools...)
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	byPool := mco.PoolsByNode(pools, cl.Nodes)
 	for _, p := range pools {
 		plan, drain := predict(p, mco.NodesInPool(p, pools, cl.Nodes))
 		selected := cfg.PoolSelector == nil || cfg.PoolSelector.Matches(labels.Set(p.Labels))
-		r.Pools = append(r.Pools, a.pool(p.Name, selected, drain, plan.MaxUnavailable, plan.Order(), stages(plan)))
+		out = append(out, a.pool(p.Name, selected, drain, plan.MaxUnavailable, plan.Order(), stages(plan)))
 	}
 	var orphans []*corev1.Node
 	for _, n := range cl.Nodes {
@@ -91,9 +108,9 @@ func Analyze(cl Cluster, cfg Config) *Report {
 		}
 	}
 	if len(orphans) > 0 {
-		r.Pools = append(r.Pools, a.pool(NoPool, true, "", 1, byName(orphans), nil))
+		out = append(out, a.pool(NoPool, true, "", 1, byName(orphans), nil))
 	}
-	return r
+	return out
 }
 
 // predict is mco.PredictTargets, or for a pool that has nothing left to update, the order of its next

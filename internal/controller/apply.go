@@ -72,7 +72,7 @@ func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, deci
 // countStall adds a decision to the node's gauges: a blocked pod in scope (a predicted node blocks
 // nothing yet), and the reason no surge helps it.
 func countStall(stats *nodeStats, obs *nodeObservation, d guardian.Decision) {
-	if d.InScope && obs.wave.Drain.Trigger != guardian.TriggerMCOPredicted {
+	if d.InScope && !obs.wave.Drain.Lookahead() {
 		stats.blocked++
 	}
 	if !d.Reason.Unresolvable() {
@@ -146,18 +146,19 @@ func (c *Controller) reportStall(obs *nodeObservation, st *guardian.Stall, d gua
 		c.metrics.StallsFailed.WithLabelValues(obs.pool, d.Regarding.Kind, d.Reason.EventReason()).Inc()
 	}
 	c.event(d.Regarding, r.eventType, d.Reason.EventReason(), r.action, "Pod %s %s node %s (PDB %s allows no disruption) and is not surged: %s",
-		st.Pod.Name, blocksVerb(obs.wave.Drain.Trigger), obs.node.Name, st.PDB.Name, d.Detail)
+		st.Pod.Name, blocksVerb(obs.wave.Drain), obs.node.Name, st.PDB.Name, d.Detail)
 }
 
 // applyStart reports a surge started (or, in dry-run, one that would be).
 func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
-	pod, node, trigger := st.Pod, obs.node.Name, obs.wave.Drain.Trigger
+	pod, node, drain := st.Pod, obs.node.Name, obs.wave.Drain
+	trigger := drain.Trigger
 	change, kind := describeFields(d.Fields), d.Regarding.Kind
 	switch {
 	case errors.Is(start.err, errDryRun):
 		if c.reports.once(node, stallKey(obs, st, ReasonDryRun)) {
 			c.event(d.Regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
-				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, blocksVerb(trigger), node, st.PDB.Name, change)
+				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, blocksVerb(drain), node, st.PDB.Name, change)
 			c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
 		}
 		return 0, nil
@@ -168,29 +169,43 @@ func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guar
 	}
 	c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
 	detected := ReasonStallDetected
-	if trigger == guardian.TriggerMCOTargeted || trigger == guardian.TriggerMCOPredicted {
+	if ahead(drain) {
 		detected = ReasonStallPredicted
 	}
-	if trigger == guardian.TriggerMCOPredicted {
+	if drain.Lookahead() {
 		c.metrics.Lookahead.WithLabelValues(lookaheadSurged).Inc()
 	}
 	c.event(d.Regarding, corev1.EventTypeNormal, detected, actionDetect,
-		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, blocksVerb(trigger), node, st.PDB.Name)
+		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, blocksVerb(drain), node, st.PDB.Name)
 	c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 		"Surging %s so that a replacement runs elsewhere before node %s drains (Surge %s)", change, node, start.surge.Name)
 	c.enqueueSurge(start.surge)
 	return 0, nil
 }
 
+// ahead reports whether the drain has not started removing the node's pods yet.
+func ahead(d guardian.NodeDrain) bool {
+	return d.Trigger == guardian.TriggerMCOTargeted || d.Lookahead() || (guardian.FromSource(d.Trigger) && !d.Draining)
+}
+
 // blocksVerb says how a pod stands in the way of the node's drain, by trigger.
-func blocksVerb(t guardian.Trigger) string {
-	switch t {
-	case guardian.TriggerMCOTargeted:
-		return "would block the coming drain of"
+func blocksVerb(d guardian.NodeDrain) string {
+	what := "drain of"
+	switch d.Trigger {
 	case guardian.TriggerMCOPredicted:
 		return "would block the drain of the MCO's next target,"
+	case guardian.TriggerGPUDriverUpgrade:
+		if d.Predicted {
+			return "would block the driver upgrade of the GPU Operator's next pick,"
+		}
+		what = "driver upgrade of"
+	case guardian.TriggerNodeMaintenance:
+		what = "maintenance drain of"
 	}
-	return "blocks the drain of"
+	if ahead(d) {
+		return "would block the coming " + what
+	}
+	return "blocks the " + what
 }
 
 // shorter returns the shorter of two requeue delays, where 0 means none.

@@ -123,6 +123,8 @@ type Controller struct {
 	writing writeAttempts
 	// preparations holds what was last reported about each pool being prepared (see syncPool).
 	preparations preparations
+	// sources reads the drains that do not come from the MCO (see sources.go).
+	sources *sources
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -220,6 +222,9 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	}
 
 	if err := c.watchDevices(); err != nil {
+		return nil, err
+	}
+	if err := c.watchSources(); err != nil {
 		return nil, err
 	}
 	if served, err := servesResource(clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools"); err != nil {

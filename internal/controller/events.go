@@ -29,6 +29,7 @@ const (
 	ReasonSurgeDeferred       = "SurgeDeferred"
 	ReasonWorkloadDeleted     = "WorkloadDeleted"
 	ReasonWriteRefused        = "WriteRefused"
+	ReasonDrainFailed         = "DrainFailed"
 	actionDetect, actionSurge = "Detect", "Surge"
 	actionEvict, actionReport = "Evict", "Report"
 	actionRestore             = "Restore"

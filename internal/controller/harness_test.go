@@ -33,6 +33,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
 // harness runs the controller's sync functions against fake clientsets. The informer caches are filled
@@ -74,7 +75,7 @@ func newHarnessServing(t *testing.T, mutate func(*options.Options), apis []*meta
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: "machineconfiguration.openshift.io/v1",
 		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}},
-	}, surgeAPI}
+	}, surgeAPI, medik8sAPI}
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = append(kube.Discovery().(*fakediscovery.FakeDiscovery).Resources, apis...)
 	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...), newSurgeClient())
 }
@@ -85,9 +86,15 @@ var surgeAPI = &metav1.APIResourceList{
 	APIResources: []metav1.APIResource{{Name: "surges", Kind: "Surge", Namespaced: true}, {Name: "surges/status", Kind: "Surge", Namespaced: true}},
 }
 
+// medik8sAPI is the discovery entry of the medik8s NodeMaintenance CRD.
+var medik8sAPI = &metav1.APIResourceList{
+	GroupVersion: trigger.Medik8sNodeMaintenanceGVR.GroupVersion().String(),
+	APIResources: []metav1.APIResource{{Name: "nodemaintenances", Kind: "NodeMaintenance"}},
+}
+
 func newSurgeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.SurgesResource: "SurgeList"}, objs...)
+		map[schema.GroupVersionResource]string{v1alpha1.SurgesResource: "SurgeList", trigger.Medik8sNodeMaintenanceGVR: "NodeMaintenanceList"}, objs...)
 }
 
 // restart builds a guardian with empty memory over existing clientsets: a crash and restart.
@@ -178,6 +185,20 @@ func (h *harness) refresh() {
 		items = append(items, &surges.Items[i])
 	}
 	fill(h.c.surges.indexer, items)
+	for _, k := range h.c.sources.maintenances {
+		list, err := h.dyn.Resource(k.gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		var objs []any
+		for i := range list.Items {
+			slimmed, _ := slimTrigger(&list.Items[i])
+			objs = append(objs, slimmed)
+		}
+		if err := k.indexer.Replace(objs, ""); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 }
 
 func toObjs[T any, PT interface {

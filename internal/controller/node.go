@@ -61,7 +61,7 @@ func (c *Controller) nodeUnderDrain(name string) (*nodeObservation, time.Duratio
 	if !node.Spec.Unschedulable {
 		c.cordons.forget(name)
 	}
-	drain := c.nodeDrain(node, pool, c.predicted(node, pool), c.clock.Now())
+	drain, _ := c.nodeSignals(node, c.nodeDrain(node, pool, c.predicted(node, pool), c.clock.Now()))
 	if drain.Trigger == "" {
 		c.forgetNode(name)
 		return nil, drain.RecheckAfter, nil

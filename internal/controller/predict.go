@@ -185,8 +185,11 @@ func reportKey(b check.Block) string {
 }
 
 func describePool(pool string) string {
-	if pool == check.NoPool {
+	switch pool {
+	case check.NoPool:
 		return "no MachineConfigPool"
+	case check.GPUDriverUpgradePool:
+		return "GPU driver upgrade"
 	}
 	return "pool " + pool
 }

@@ -42,7 +42,10 @@ func (c *Controller) observeStalls(obs *nodeObservation) error {
 		}
 		obs.wave.Stalls = append(obs.wave.Stalls, st)
 	}
-	if obs.wave.Drain.Trigger == guardian.TriggerMCOPredicted {
+	switch {
+	case obs.wave.Drain.Trigger == guardian.TriggerGPUDriverUpgrade && obs.wave.Drain.Predicted:
+		obs.wave.Lookahead = c.gpuLookaheadRoom(obs.pool)
+	case obs.wave.Drain.Lookahead():
 		obs.wave.Lookahead = c.lookaheadRoom(obs.pool)
 	}
 	return nil

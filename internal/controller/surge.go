@@ -62,6 +62,7 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 		return retry, err
 	}
 	obs := c.observe(sc)
+	c.reportDrainFailed(sc, obs)
 	action := guardian.Decide(c.cfg, obs)
 	c.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
 		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
@@ -183,7 +184,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
 		obs.Node = n
 		pool := pools.of(n)
-		obs.CurrentDrain = c.nodeDrain(n, pool, c.predicted(n, pool), now).Drain
+		c.observeDrain(&obs, c.nodeDrain(n, pool, c.predicted(n, pool), now))
 	}
 	if s.Spec.Pool != "" && c.pools != nil {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
@@ -239,7 +240,7 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		if err != nil {
 			continue
 		}
-		if updatingNow(node) {
+		if c.updatingNow(node) {
 			continue
 		}
 		survivors++
@@ -248,6 +249,12 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		}
 	}
 	return safe, survivors
+}
+
+// updatingNow is updatingNow, or another source has picked or is draining the node (see
+// sources.drainingNow).
+func (c *Controller) updatingNow(n *corev1.Node) bool {
+	return updatingNow(n) || c.sources.drainingNow(n)
 }
 
 // updatingNow reports whether the node is cordoned, or targeted or drained by the MCO: its pods are
@@ -618,9 +625,9 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 		switch {
 		case p.Spec.NodeName == "" || err != nil:
 			return 0
-		case updatingNow(n):
+		case c.updatingNow(n):
 			return 1
-		case !mco.WillNotDrain(n, pools.of(n)):
+		case !mco.WillNotDrain(n, pools.of(n)) || (c.sources.gpu && gpuWillDrain(n)):
 			return 2
 		}
 		return rankSafe

@@ -70,6 +70,21 @@ type NodeDrain struct {
 	// RecheckAfter, when positive and Trigger is empty, is when the answer may change by itself
 	// (a cordon reaching its grace period).
 	RecheckAfter time.Duration
+	// Detail is a source's own word for the drain's state (see trigger.Signal.Detail): for logs and
+	// Events only, quoted.
+	Detail string
+	// Predicted: a source other than the MCO is expected to pick the node soon (look-ahead).
+	Predicted bool
+	// Draining: a source other than the MCO is removing the node's pods now.
+	Draining bool
+	// Failed names the source that gave up on the node's drain (Trigger is then empty and Drain the
+	// failed drain's id); empty otherwise.
+	Failed Trigger
+}
+
+// Lookahead reports whether the drain is only predicted: a surge for it uses spare capacity only.
+func (d NodeDrain) Lookahead() bool {
+	return d.Trigger == TriggerMCOPredicted || d.Predicted
 }
 
 // unschedulableTaint is added by the node lifecycle controller to cordoned nodes, with the cordon time.

@@ -49,6 +49,12 @@ type Observation struct {
 	WritingSince time.Time
 	// PrepareWithdrawn: the pool of a Prepared surge no longer asks to be prepared (PrepareAnnotation).
 	PrepareWithdrawn bool
+	// The Surge's own source, for a surge made for a source other than the MCO (FromSource):
+	// SourceDraining, the source is removing the node's pods now; SourceBack, the source has no
+	// drain of the node under way or failed and the node is schedulable (trigger.Signal.Back);
+	// SourceRolloutOver, the source drains no node of the cluster any more (the end of a driver
+	// rollout: every node done, failed or skipped).
+	SourceDraining, SourceBack, SourceRolloutOver bool
 }
 
 // ActionKind is what to do next for a Surge. Each action is at most one write.
@@ -84,8 +90,13 @@ const (
 
 // Restore reasons. The failure ones double as the failed-stall metric's reason label.
 const (
-	ReasonPoolUpdated    = "PoolUpdated"
-	ReasonNodeUpdated    = "NodeUpdated"
+	ReasonPoolUpdated = "PoolUpdated"
+	ReasonNodeUpdated = "NodeUpdated"
+	// ReasonNodeBack: the source of the surge's drain is done with the node (driver upgrade done,
+	// NodeMaintenance deleted) and it is schedulable again.
+	ReasonNodeBack = "NodeBack"
+	// ReasonRolloutOver: with --restore=pool, the source drains no node of the cluster any more.
+	ReasonRolloutOver    = "RolloutOver"
 	ReasonSurvivorsSafe  = "SurvivorsOnUpdatedNodes"
 	ReasonCapacityNeeded = "CapacityNeeded"
 	ReasonUncordoned     = "Uncordoned"
@@ -173,7 +184,7 @@ func Decide(cfg Config, o Observation) Action {
 	switch s.PhaseOf() {
 	case v1alpha1.PhaseSurged:
 		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
-			due := o.LiveOnNode > 0 && evictionDue(s, o.Node)
+			due := o.LiveOnNode > 0 && evictionDue(o)
 			return Action{Kind: ActMarkReady, EvictionDue: due, EvictNow: cfg.Evict && due}
 		}
 		if o.UnschedulableSince != nil {
@@ -199,7 +210,7 @@ func Decide(cfg Config, o Observation) Action {
 			// pool finishes, which it may never do while another stall waits for that capacity.
 			return Action{Kind: ActMarkResolved, Reason: ReasonDrainOver}
 		}
-		if evictionDue(s, o.Node) {
+		if evictionDue(o) {
 			return decideEviction(cfg, o, next)
 		}
 	}
@@ -229,8 +240,8 @@ func decideEviction(cfg Config, o Observation, next time.Duration) Action {
 
 // evictionDue reports whether the blocked pods should leave the Surge's node now: it is cordoned and
 // being drained.
-func evictionDue(s *v1alpha1.Surge, node *corev1.Node) bool {
-	return node != nil && node.Spec.Unschedulable && beingDrained(s, node)
+func evictionDue(o Observation) bool {
+	return o.Node != nil && o.Node.Spec.Unschedulable && beingDrained(o)
 }
 
 // decidePending finishes the first write of a surge: the Surge exists, the fields may or may not be
@@ -317,11 +328,13 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	return Action{}, false
 }
 
-// beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, or the
-// stall came from a plain cordon. A node the MCO merely targeted, or is predicted to target, is not
-// evicted from before its drain.
-func beingDrained(s *v1alpha1.Surge, node *corev1.Node) bool {
-	return Trigger(s.Spec.Trigger) == TriggerCordoned || mco.ReadNode(node).Draining()
+// beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, the
+// Surge's source is (a driver upgrade deleting its GPU pods, a NodeMaintenance draining), or the
+// stall came from a plain cordon. A node merely targeted, or predicted, is not evicted from before
+// its drain.
+func beingDrained(o Observation) bool {
+	t := Trigger(o.Surge.Spec.Trigger)
+	return t == TriggerCordoned || mco.ReadNode(o.Node).Draining() || (FromSource(t) && o.SourceDraining)
 }
 
 // finished reports whether the surge has served its purpose, and why. A surge whose workload already
@@ -335,10 +348,13 @@ func finished(cfg Config, o Observation) (string, bool) {
 	if prepared(s) {
 		return preparedFinished(o)
 	}
+	resolved, want := s.PhaseOf() == v1alpha1.PhaseResolved, max(s.Spec.Replicas, 1)
+	if FromSource(Trigger(s.Spec.Trigger)) {
+		return sourceFinished(cfg, o, resolved && o.CapacityWanted && o.ReadySurvivors >= want)
+	}
 	if Trigger(s.Spec.Trigger) == TriggerCordoned || s.Spec.Pool == "" {
 		return ReasonUncordoned, !o.Node.Spec.Unschedulable
 	}
-	resolved, want := s.PhaseOf() == v1alpha1.PhaseResolved, max(s.Spec.Replicas, 1)
 	switch {
 	case cfg.Restore == RestoreAuto && resolved && o.ReadyOnSafeNodes >= want:
 		return ReasonSurvivorsSafe, true
@@ -387,6 +403,20 @@ func preparedFinished(o Observation) (string, bool) {
 		return ReasonPoolDeleted, true
 	}
 	return ReasonPoolUpdated, mco.PoolUpdated(o.Pool)
+}
+
+// sourceFinished is finished for a surge made for a source other than the MCO: it is held until the
+// source is done with the node (a driver upgrade done, a NodeMaintenance deleted), and with
+// --restore=pool until the source's rollout is over; the MCO pool's progress does not matter to it.
+// capacityNeeded is the early restore that lets a stall waiting for capacity go on (see finished).
+func sourceFinished(cfg Config, o Observation, capacityNeeded bool) (string, bool) {
+	switch {
+	case capacityNeeded:
+		return ReasonCapacityNeeded, true
+	case cfg.Restore == RestorePool:
+		return ReasonRolloutOver, o.SourceBack && o.SourceRolloutOver
+	}
+	return ReasonNodeBack, o.SourceBack
 }
 
 func allIn(states []workload.FieldState, want workload.FieldState) bool {

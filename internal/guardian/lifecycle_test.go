@@ -44,6 +44,7 @@ func TestDecide(t *testing.T) {
 	cases = append(cases, failedCases()...)
 	cases = append(cases, lookaheadCases()...)
 	cases = append(cases, preparedCases()...)
+	cases = append(cases, sourceCases()...)
 
 	seen := map[ActionKind]bool{}
 	for _, tt := range cases {

@@ -120,7 +120,7 @@ type Wave struct {
 	// Ledger is the capacity the wave's surges book against; shared by every wave of one sync or
 	// of one prediction step.
 	Ledger *Ledger
-	// Lookahead is the room for look-ahead surges (Drain.Trigger TriggerMCOPredicted); nil means none.
+	// Lookahead is the room for look-ahead surges (Drain.Lookahead()); nil means none.
 	Lookahead *Lookahead
 }
 
@@ -343,7 +343,7 @@ func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 		return prepareRoom(cfg, w, st, d)
 	}
 	delta := int(d.Delta)
-	lookahead := w.Drain.Trigger == TriggerMCOPredicted
+	lookahead := w.Drain.Lookahead()
 	if lookahead && !lookaheadFits(w, st.Pod, delta) {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
 	}

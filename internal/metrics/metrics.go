@@ -37,6 +37,7 @@ type Metrics struct {
 	WriteErrors        *prometheus.CounterVec
 	Lookahead          *prometheus.CounterVec
 	APIWrites          *prometheus.CounterVec
+	DrainsFailed       *prometheus.CounterVec
 	Leader             prometheus.Gauge
 	BuildInfo          *prometheus.GaugeVec
 
@@ -148,6 +149,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "api_writes_total",
 			Help: "API writes the guardian made (refused ones included), by resource and verb: what each resolved stall costs the API server.",
 		}, []string{"resource", "verb"}),
+		DrainsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "drains_failed_total",
+			Help: "Drains their source gave up while a surge served the node (a GPU driver upgrade reaching upgrade-failed), by trigger.",
+		}, []string{"trigger"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "leader",
 			Help: "1 while this replica holds the leader-election Lease (or runs without election), else 0.",
@@ -174,7 +179,7 @@ func New() *Metrics {
 		m.StallsDetected, m.StallsResolved, m.StallsFailed, m.SurgesActive, m.SurgeStartTime,
 		m.BlockedPods, m.UnresolvableBlocks, m.StallResolution, m.ReplacementReady, m.Evictions,
 		m.Surges, m.SurgesRejected, m.SurgeHeld, m.SurgeHeldResources, m.MissingCapacity, m.WriteErrors, m.Lookahead, m.APIWrites,
-		m.Leader, m.BuildInfo,
+		m.DrainsFailed, m.Leader, m.BuildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -204,6 +209,7 @@ func Names() []string {
 		"drain_guardian_write_errors_total",
 		"drain_guardian_lookahead_total",
 		"drain_guardian_api_writes_total",
+		"drain_guardian_drains_failed_total",
 		"drain_guardian_leader",
 		"drain_guardian_build_info",
 		"drain_guardian_predicted_blocks",

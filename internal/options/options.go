@@ -61,14 +61,18 @@ type Options struct {
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 
-	Restore           string
-	Preemptive        bool
-	Evict             bool
-	ScheduleTimeout   time.Duration
-	ReadyTimeout      time.Duration
-	MaxSurgeDuration  time.Duration
-	EvictTimeout      time.Duration
-	CordonedNodes     bool
+	Restore          string
+	Preemptive       bool
+	Evict            bool
+	ScheduleTimeout  time.Duration
+	ReadyTimeout     time.Duration
+	MaxSurgeDuration time.Duration
+	EvictTimeout     time.Duration
+	CordonedNodes    bool
+	// GPUDriverUpgrades and NodeMaintenance switch the two non-MCO trigger sources (package trigger)
+	// on; each is also off while the cluster does not serve its API.
+	GPUDriverUpgrades bool
+	NodeMaintenance   bool
 	CordonGracePeriod time.Duration
 	NamespaceSelector string
 	// PlatformNamespaces lets the guardian act in kube-*, openshift-* and its own namespace.
@@ -134,6 +138,8 @@ func NewOptions() *Options {
 		HealthProbeBindAddress:  ":8081",
 		Restore:                 string(RestoreAuto),
 		Preemptive:              true,
+		GPUDriverUpgrades:       true,
+		NodeMaintenance:         true,
 		Evict:                   true,
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
@@ -185,6 +191,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentSurgePerNamespace, "max-concurrent-surges-per-namespace", o.MaxConcurrentSurgePerNamespace, "At most this many of the --max-concurrent-surges stalls from one namespace (0: one less than --max-concurrent-surges, at least 1, so a slot is always left for another namespace); a freed slot goes first to the namespace with the fewest in flight.")
 	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
 	fs.BoolVar(&o.DRAUnknownFits, "dra-unknown-fits", o.DRAUnknownFits, "Count Dynamic Resource Allocation devices the guardian cannot judge (device taints, partitionable devices, consumable capacity, constraints between a claim's devices) as free for a replacement; off: such a stall is deferred as NoCapacity, with the reason.")
+	fs.BoolVar(&o.GPUDriverUpgrades, "gpu-driver-upgrades", o.GPUDriverUpgrades, "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.")
+	fs.BoolVar(&o.NodeMaintenance, "node-maintenance", o.NodeMaintenance, "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")

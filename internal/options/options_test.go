@@ -23,7 +23,8 @@ func TestDefaultsValidate(t *testing.T) {
 		{"metrics-bind-address", ":8443"}, {"metrics-secure", "true"}, {"metrics-cert-dir", ""},
 		{"health-probe-bind-address", ":8081"}, {"restore", "auto"}, {"preemptive", "true"}, {"evict", "true"},
 		{"schedule-timeout", "5m0s"}, {"ready-timeout", "30m0s"}, {"max-surge-duration", "24h0m0s"},
-		{"cordoned-nodes", "false"}, {"cordon-grace-period", "10m0s"}, {"namespace-selector", ""},
+		{"cordoned-nodes", "false"}, {"gpu-driver-upgrades", "true"}, {"node-maintenance", "true"},
+		{"cordon-grace-period", "10m0s"}, {"namespace-selector", ""},
 		{"pool-selector", ""}, {"max-concurrent-surges", "3"}, {"workers", "2"}, {"log-format", "json"},
 		{"log-level", "info"}, {"kserve-llm-nil-semantics", "auto"}, {"dry-run", "false"}, {"kubeconfig", ""},
 	}

@@ -36,6 +36,11 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
 		// Dynamic Resource Allocation: the devices a replacement can be given (read only when served).
 		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
+		// The other drains of a node, read only (package trigger): the GPU Operator's ClusterPolicy for
+		// its driver upgrade policy, and NodeMaintenance requests of medik8s and of NVIDIA's
+		// maintenance operator.
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
+		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		// Surges are the guardian's only persisted state, one per surged workload: created before the
@@ -70,6 +75,10 @@ func CheckRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
 		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
+		// The stalls a driver upgrade would meet (the ClusterPolicy's upgrade policy); check runs the
+		// daemon's informers, NodeMaintenances included.
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
+		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readOnly},
 		// In-flight Surges: their pending replacements take capacity first.
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: readOnly},

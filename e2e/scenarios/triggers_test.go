@@ -1,0 +1,226 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/drain-guardian/drain-guardian/e2e/internal/gpuopsim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/nmosim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
+)
+
+// driverUpgradeTimeout bounds a driver upgrade of a four-node pool: at the default
+// maxParallelUpgrades 1, one node after the other.
+const driverUpgradeTimeout = 4 * time.Minute
+
+// clusterPolicyName is the GPU Operator's one ClusterPolicy.
+const clusterPolicyName = "cluster-policy"
+
+// startOperator runs an operator simulator until the scenario ends.
+func (s *scenario) startOperator(name string) {
+	s.t.Helper()
+	stop, err := testBed.StartOperator(name)
+	if err != nil {
+		s.fatalf("starting %s: %v", name, err)
+	}
+	s.t.Cleanup(stop)
+	if !slices.Contains(s.logs, testBed.LogPath(name)) {
+		s.logs = append(s.logs, testBed.LogPath(name))
+	}
+}
+
+// startGPUOperator creates the ClusterPolicy with the Helm chart's upgrade policy
+// (deployments/gpu-operator/values.yaml: one node at a time, maxUnavailable 25%, pod deletion within
+// 300 s, no drain), runs the GPU Operator simulator and waits until every node of the pool runs the
+// first driver (upgrade-done).
+func (s *scenario) startGPUOperator() {
+	s.t.Helper()
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+		"metadata": map[string]any{"name": clusterPolicyName},
+		"spec": map[string]any{"driver": map[string]any{"version": "550.90", "upgradePolicy": map[string]any{
+			"autoUpgrade": true, "maxParallelUpgrades": int64(1), "maxUnavailable": "25%",
+			"podDeletion": map[string]any{"force": false, "timeoutSeconds": int64(300), "deleteEmptyDir": false},
+			"drain":       map[string]any{"enable": false, "timeoutSeconds": int64(300)},
+		}}},
+	}}
+	policies := testBed.CP.Dynamic().Resource(gpuopsim.ClusterPolicyGVR)
+	if _, err := policies.Create(s.ctx, policy, metav1.CreateOptions{}); err != nil {
+		s.fatalf("creating the ClusterPolicy: %v", err)
+	}
+	s.t.Cleanup(func() {
+		// The test's context is done by now; the next scenario creates the ClusterPolicy again.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.t.Context()), 30*time.Second)
+		defer cancel()
+		_ = policies.Delete(ctx, clusterPolicyName, metav1.DeleteOptions{})
+		_ = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+			_, err := policies.Get(ctx, clusterPolicyName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+	s.startOperator(testbed.GPUOperator)
+	s.eventually(time.Minute, "every node to run the first driver", func() (bool, error) {
+		states := s.gpuStates()
+		return strings.Count(fmt.Sprint(states), gpuopsim.StateDone) == len(s.nodes), nil
+	})
+}
+
+// gpuStates maps each node of the pool to its driver upgrade state.
+func (s *scenario) gpuStates() map[string]string {
+	out := map[string]string{}
+	for _, n := range s.nodes {
+		out[n] = s.getNode(n).Labels[gpuopsim.StateLabel]
+	}
+	return out
+}
+
+// upgradeDriver rolls a new driver version out to every GPU node.
+func (s *scenario) upgradeDriver() {
+	s.t.Helper()
+	s.note("driver upgrade to 560.35")
+	patch := []byte(`{"spec":{"driver":{"version":"560.35"}}}`)
+	if _, err := testBed.CP.Dynamic().Resource(gpuopsim.ClusterPolicyGVR).Patch(s.ctx, clusterPolicyName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		s.fatalf("patching the ClusterPolicy: %v", err)
+	}
+	s.eventually(30*time.Second, "the upgrade to start", func() (bool, error) {
+		return strings.Contains(fmt.Sprint(s.gpuStates()), gpuopsim.StateUpgradeRequired) ||
+			strings.Contains(fmt.Sprint(s.gpuStates()), gpuopsim.StateCordonRequired), nil
+	})
+}
+
+// waitDriverUpgraded waits until every node is upgrade-done and schedulable, failing as soon as one
+// is upgrade-failed.
+func (s *scenario) waitDriverUpgraded() {
+	s.t.Helper()
+	s.eventually(driverUpgradeTimeout, "every node to be upgrade-done", func() (bool, error) {
+		done := 0
+		for _, n := range s.nodes {
+			node := s.getNode(n)
+			switch node.Labels[gpuopsim.StateLabel] {
+			case gpuopsim.StateFailed:
+				return false, fmt.Errorf("node %s is %s", n, gpuopsim.StateFailed)
+			case gpuopsim.StateDone:
+				if !node.Spec.Unschedulable {
+					done++
+				}
+			}
+		}
+		return done == len(s.nodes), nil
+	})
+}
+
+var threeModels = []model{{name: "m1", kind: "Deployment"}, {name: "m2", kind: "Deployment"}, {name: "m3", kind: "Deployment"}}
+
+// TestGPUDriverUpgrade: the GPU Operator upgrades the driver of a four-node pool, one GPU each,
+// carrying three single-replica models behind minAvailable 1 PDBs (one spare GPU), with the
+// guardian's default flags and the operator's default pod-deletion timeout (300 s, scaled like the
+// MCO simulator's delays). Every node ends upgrade-done, none upgrade-failed, every model has a Ready
+// pod at every observation, and every count is restored.
+func TestGPUDriverUpgrade(t *testing.T) {
+	s := newScenarioWithin(t, 2*scenarioTimeout, "gpu-upgrade", gpuNodes(4, 1), "", selectors(threeModels)...)
+	for _, m := range threeModels {
+		s.createModel(m)
+	}
+	s.startGPUOperator()
+	s.startGuardian()
+	inv := s.watchInvariants()
+	s.obs.StartSampling()
+	s.upgradeDriver()
+	s.waitDriverUpgraded()
+	for _, m := range threeModels {
+		s.waitModelBack(m)
+	}
+	s.assertAvailable()
+	inv.violations(t)
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.forbidEvents("SurgeFailed", "DrainFailed")
+}
+
+// TestGPUDriverUpgradeWithoutGuardian is the control case: the same upgrade without the guardian
+// ends with a node in upgrade-failed, its model's eviction refused until the pod-deletion timeout.
+func TestGPUDriverUpgradeWithoutGuardian(t *testing.T) {
+	s := newScenarioWithin(t, 2*scenarioTimeout, "gpu-upgrade-control", gpuNodes(4, 1), "", selectors(threeModels)...)
+	for _, m := range threeModels {
+		s.createModel(m)
+	}
+	s.startGPUOperator()
+	s.upgradeDriver()
+	s.eventually(driverUpgradeTimeout, "a node to fail its driver upgrade", func() (bool, error) {
+		return strings.Contains(fmt.Sprint(s.gpuStates()), gpuopsim.StateFailed), nil
+	})
+}
+
+// TestNodeMaintenance: a medik8s NodeMaintenance on a model's node. The node is drained with the
+// model available throughout, and the surge is held until the NodeMaintenance is deleted, then
+// restored.
+func TestNodeMaintenance(t *testing.T) {
+	m := model{name: "m1", kind: "Deployment"}
+	s := newScenario(t, "node-maintenance", gpuNodes(2, 1), "", m.selector())
+	s.createModel(m)
+	node := s.waitModelReady(m.selector(), 1)[0].Spec.NodeName
+	s.startOperator(testbed.NodeMaintenanceOperator)
+	s.startGuardian()
+	s.obs.StartSampling()
+
+	maintenances := testBed.CP.Dynamic().Resource(nmosim.NodeMaintenanceGVR)
+	nm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": nmosim.NodeMaintenanceGVR.GroupVersion().String(), "kind": "NodeMaintenance",
+		"metadata": map[string]any{"name": "nm-" + s.name},
+		"spec":     map[string]any{"nodeName": node, "reason": "firmware update"},
+	}}
+	s.note("NodeMaintenance of %s", node)
+	if _, err := maintenances.Create(s.ctx, nm, metav1.CreateOptions{}); err != nil {
+		s.fatalf("creating the NodeMaintenance: %v", err)
+	}
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.t.Context()), 30*time.Second)
+		defer cancel()
+		_ = maintenances.Delete(ctx, "nm-"+s.name, metav1.DeleteOptions{})
+	})
+	s.eventually(time.Minute, "the maintenance to drain "+node, func() (bool, error) {
+		phase := nestedString(s.getMaintenance(nmosim.NodeMaintenanceGVR), "status", "phase")
+		return phase == nmosim.PhaseSucceeded, nil
+	})
+	s.holds(3*time.Second, "the surge is held while the maintenance lasts", func() error {
+		if !s.hasSurge() || *s.deployment(m.name).Spec.Replicas != 2 {
+			return fmt.Errorf("Surge %v, replicas %d", s.hasSurge(), *s.deployment(m.name).Spec.Replicas)
+		}
+		return nil
+	})
+	s.note("NodeMaintenance deleted")
+	if err := maintenances.Delete(s.ctx, "nm-"+s.name, metav1.DeleteOptions{}); err != nil {
+		s.fatalf("deleting the NodeMaintenance: %v", err)
+	}
+	s.eventually(time.Minute, node+" to be uncordoned", func() (bool, error) {
+		return !s.getNode(node).Spec.Unschedulable, nil
+	})
+	s.waitModelBack(m)
+	s.assertAvailable()
+	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.forbidEvents("SurgeFailed")
+}
+
+// getMaintenance reads the scenario's NodeMaintenance.
+func (s *scenario) getMaintenance(gvr schema.GroupVersionResource) *unstructured.Unstructured {
+	u, err := testBed.CP.Dynamic().Resource(gvr).Get(s.ctx, "nm-"+s.name, metav1.GetOptions{})
+	if err != nil {
+		s.fatalf("getting the NodeMaintenance: %v", err)
+	}
+	return u
+}
+
+func nestedString(u *unstructured.Unstructured, path ...string) string {
+	v, _, _ := unstructured.NestedString(u.Object, path...)
+	return v
+}
