@@ -550,18 +550,25 @@ func procCPU(t *testing.T, pid int) time.Duration {
 
 // procStatusKiB reads a "Vm..." line of /proc/<pid>/status, in KiB.
 func procStatusKiB(t *testing.T, pid int, field string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := readProcStatusKiB(pid, field)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+// readProcStatusKiB is procStatusKiB for a caller that is not the test's goroutine.
+func readProcStatusKiB(pid int, field string) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return f
+			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 		}
 	}
-	t.Fatalf("%s not in /proc/%d/status", field, pid)
-	return 0
+	return 0, fmt.Errorf("%s not in /proc/%d/status", field, pid)
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {

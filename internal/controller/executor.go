@@ -236,8 +236,9 @@ const (
 	evictGone
 )
 
-// evict asks the Eviction API to remove a pod; the guardian never deletes one. A 429 (the PDB does
-// not allow it yet) is no error: the caller retries shortly.
+// evict asks the Eviction API to remove a pod; the guardian never deletes one. A refusal by the
+// pod's budgets (a 429: the PDB does not allow it yet; or more than one PDB selects the pod) is no
+// error: the caller retries on its own schedule, within --evict-timeout.
 func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *podinfo.Pod, node string) (evictResult, error) {
 	if e.dryRun {
 		return evictRefused, e.reportDryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
@@ -252,12 +253,22 @@ func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *podin
 		return evicted, nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return evictGone, nil
-	case apierrors.IsTooManyRequests(err):
+	case apierrors.IsTooManyRequests(err), refusedForMultiplePDBs(err):
 		e.metrics.Evictions.WithLabelValues("blocked").Inc()
 		return evictRefused, nil
 	}
 	e.metrics.Evictions.WithLabelValues("error").Inc()
 	return evictRefused, e.failed(regarding, "pods/eviction", fmt.Sprintf("evicting pod %s/%s", p.Namespace, p.Name), err)
+}
+
+// refusedForMultiplePDBs reports whether the Eviction API refused the pod because more than one PDB
+// selects it. The API server answers that with a 500 whatever the budgets allow (guardPDB in
+// kubernetes pkg/registry/core/pod/storage/eviction.go), and only the tenant removing a PDB changes
+// it: the budgets refuse the eviction, as with a 429, and the API server is not in trouble. Handled
+// as a write error, it would be retried with the queue's growing backoff (up to 1000 s), and
+// --evict-timeout would end the surge that much late.
+func refusedForMultiplePDBs(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "more than one PodDisruptionBudget")
 }
 
 // setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.

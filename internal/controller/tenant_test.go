@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -130,9 +131,23 @@ func TestPendingSurgeWhoseWritesKeepConflictingFails(t *testing.T) {
 	}
 }
 
-// A tenant whose own budgets refuse the eviction for good (a second PDB over the pod) holds a Ready
+// A tenant whose own budgets refuse the eviction for good (minAvailable raised: a 429; or a second
+// PDB over the pod, which the API server refuses with a 500 whatever the budgets) holds a Ready
 // surge: after --evict-timeout it is restored, reported with its own reason, and gives its slot back.
+// Either refusal is retried on the surge's schedule, not as a write error with growing backoff.
 func TestReadySurgeWhoseEvictionIsRefusedIsRestoredAfterEvictTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refusal error
+	}{
+		{"budget", apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)},
+		{"second PDB", apierrors.NewInternalError(errors.New("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testEvictionRefusedForGood(t, tc.refusal) })
+	}
+}
+
+func testEvictionRefusedForGood(t *testing.T, refusal error) {
 	h := newHarness(t, func(o *options.Options) { o.EvictTimeout = 10 * time.Minute }, stalled()...)
 	evictions := 0
 	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -140,7 +155,7 @@ func TestReadySurgeWhoseEvictionIsRefusedIsRestoredAfterEvictTimeout(t *testing.
 			return false, nil, nil
 		}
 		evictions++
-		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		return true, nil, refusal
 	})
 	h.surgeNode("w1", depSurge)
 	h.addPod(modelPod("model-abc-b", "w2", true))
@@ -163,6 +178,9 @@ func TestReadySurgeWhoseEvictionIsRefusedIsRestoredAfterEvictTimeout(t *testing.
 	}
 	if evictions < 2 {
 		t.Fatalf("evicted %d times: the eviction must be retried until the timeout", evictions)
+	}
+	if blocked, failed := testutil.ToFloat64(h.metrics.Evictions.WithLabelValues("blocked")), testutil.ToFloat64(h.metrics.Evictions.WithLabelValues("error")); blocked != float64(evictions) || failed != 0 {
+		t.Fatalf("evictions blocked %v, error %v; want every one of the %d refusals counted blocked", blocked, failed, evictions)
 	}
 	h.settle(depSurge)
 	s = h.mustSurge(depSurge)
