@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -125,7 +126,17 @@ func PlanSurge(obj *Object, t *Target, current, delta int32, nilKeepsCount bool)
 	if err != nil {
 		return nil, unsupported("kind %s cannot be surged", t.Ref.Kind)
 	}
-	return h.plan(obj, t, current, delta, nilKeepsCount)
+	fields, err := h.plan(obj, t, current, delta, nilKeepsCount)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fields {
+		// A tenant's count at the int32 limit: the API server would refuse the write for a minute.
+		if f.Set > math.MaxInt32 {
+			return nil, unsupported("raising %s to %d would exceed the largest replica count", f.Path, f.Set)
+		}
+	}
+	return fields, nil
 }
 
 // CheckPaths reports an error unless every field is one the target's kind writes.

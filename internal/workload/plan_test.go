@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -245,4 +246,15 @@ func ptrString(p *int64) string {
 		return "nil"
 	}
 	return fmt.Sprint(*p)
+}
+
+// A count at the int32 limit cannot be raised: the surge is reported, not written for the API server
+// to refuse.
+func TestPlanSurgeRefusesACountPastTheLimit(t *testing.T) {
+	obj := testObject(t, KindDeployment, "1", nil, `{"replicas": 2147483647}`)
+	_, err := PlanSurge(obj, &Target{Ref: Ref{Kind: KindDeployment, Name: "huge"}}, 2147483647, 1, false)
+	var unsup *UnsupportedError
+	if !errors.As(err, &unsup) || !strings.Contains(unsup.Detail, "largest replica count") {
+		t.Fatalf("PlanSurge at the int32 limit = %v, want UnsupportedError about the largest replica count", err)
+	}
 }
