@@ -9,12 +9,9 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
-	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
 // stallReport is how a stall reason is reported, once per stall (see stallKey): the Event's type and
@@ -89,9 +86,9 @@ func countStall(stats *nodeStats, obs *nodeObservation, d guardian.Decision) {
 func (c *Controller) applyStall(ctx context.Context, obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
 	// A stall deferred for a slot queues for the next free one (see guardian's slot rule).
 	if d.Reason == guardian.StallDeferred {
-		c.flight.wait(controllerOf(st.Pod), st.Pod.Namespace)
+		c.flight.wait(guardian.WorkloadOf(st.Pod), st.Pod.Namespace)
 	} else {
-		c.flight.unwait(controllerOf(st.Pod))
+		c.flight.unwait(guardian.WorkloadOf(st.Pod))
 	}
 	switch d.Outcome {
 	case guardian.OutcomeSurge:
@@ -115,14 +112,6 @@ func (c *Controller) applyStall(ctx context.Context, obs *nodeObservation, st *g
 		c.reportStall(obs, st, d)
 	}
 	return d.RetryAfter, nil
-}
-
-// controllerOf is the UID of the pod's controller: one stall per workload.
-func controllerOf(p *podinfo.Pod) types.UID {
-	if ref := metav1.GetControllerOf(p); ref != nil {
-		return ref.UID
-	}
-	return ""
 }
 
 // stallKey names a one-off report about a stall; it is forgotten when the node's drain ends.

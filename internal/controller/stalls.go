@@ -99,7 +99,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		wave := obs.wave
 		wave.InFlight, wave.InFlightByNamespace, wave.Waiting = view.count, view.byNamespace, view.waiting
 		for i := range wave.Stalls {
-			wave.Stalls[i].WaitingSince = c.flight.waitingSince(controllerOf(wave.Stalls[i].Pod))
+			wave.Stalls[i].WaitingSince = c.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
 		}
 		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices)
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)

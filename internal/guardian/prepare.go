@@ -88,7 +88,7 @@ func DecidePrepare(cfg StallConfig, p Prepare) []PrepareDecision {
 		var stalls []Stall
 		var at []int
 		for i, st := range n.Stalls {
-			if node, ok := decidedOn[controllerUID(st.Pod)]; ok {
+			if node, ok := decidedOn[WorkloadOf(st.Pod)]; ok {
 				// A workload blocking on several nodes is decided once, on the first node to update.
 				ds[i] = Decision{Outcome: OutcomeIgnore, SameAs: -1, Regarding: st.Pod.Ref(), Detail: "decided with node " + node}
 				continue
@@ -103,7 +103,7 @@ func DecidePrepare(cfg StallConfig, p Prepare) []PrepareDecision {
 		for k, d := range DecideStalls(cfg, w) {
 			if d.SameAs >= 0 {
 				d.SameAs = at[d.SameAs]
-			} else if uid := controllerUID(stalls[k].Pod); uid != "" {
+			} else if uid := WorkloadOf(stalls[k].Pod); uid != "" {
 				decidedOn[uid] = n.Node
 			}
 			if d.Outcome == OutcomeSurge && d.SameAs < 0 {

@@ -166,7 +166,7 @@ func DecideStalls(cfg StallConfig, w Wave) []Decision {
 	first := map[types.UID]int{}
 	for i := range w.Stalls {
 		st := &w.Stalls[i]
-		owner := controllerUID(st.Pod)
+		owner := WorkloadOf(st.Pod)
 		if j, ok := first[owner]; ok && owner != "" {
 			out[i] = out[j]
 			out[i].SameAs = j
@@ -188,7 +188,9 @@ func DecideStalls(cfg StallConfig, w Wave) []Decision {
 	return out
 }
 
-func controllerUID(p *podinfo.Pod) types.UID {
+// WorkloadOf identifies a blocked pod's stall: the UID of the pod's controller, so that the blocked
+// pods of one workload are one stall ("" for a pod without a controller).
+func WorkloadOf(p *podinfo.Pod) types.UID {
 	if ref := metav1.GetControllerOf(p); ref != nil {
 		return ref.UID
 	}
