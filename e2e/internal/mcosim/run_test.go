@@ -11,104 +11,29 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgfake "github.com/openshift/client-go/machineconfiguration/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/drain-guardian/drain-guardian/e2e/internal/simfake"
 )
 
-// fakeCluster is a fake API server good enough for the simulator: it filters
-// pod lists by spec.nodeName as the real one does, serves the Eviction API
-// (asking refuse whether to refuse each attempt, as a PDB would), and records
-// any plain pod deletion.
+// fakeCluster is simfake's fake API server (pod lists filtered by node, the
+// Eviction API asking refuse, pod deletions counted) with the MCO's clients.
 type fakeCluster struct {
-	kube *fake.Clientset
+	*simfake.Cluster
 	mcfg *mcfgfake.Clientset
-
-	mu sync.Mutex
-	// refuse returns the error for the n-th eviction attempt (from 1), or
-	// nil to evict.
-	refuse           func(n int) error
-	evictionAttempts int
-	evicted          []string
-	evictedAt        time.Time
-	podDeletes       int
-}
-
-var podsResource = corev1.SchemeGroupVersion.WithResource("pods")
-
-// pdbRefusal is the Eviction API's answer when a PDB allows no disruption.
-func pdbRefusal() error {
-	return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
 }
 
 func newFakeCluster(t *testing.T, refuse func(n int) error, objects []runtime.Object, pools ...runtime.Object) *fakeCluster {
 	t.Helper()
-	c := &fakeCluster{
-		kube:   fake.NewClientset(objects...),
-		mcfg:   mcfgfake.NewClientset(pools...),
-		refuse: refuse,
-	}
-	// kubectl's drain helper looks up the Eviction subresource in discovery;
-	// without it, it would fall back to deleting pods.
-	c.kube.Resources = []*metav1.APIResourceList{{
-		GroupVersion: "v1",
-		APIResources: []metav1.APIResource{
-			{Name: "pods", Kind: "Pod", Namespaced: true},
-			{Name: "pods/eviction", Kind: "Eviction", Group: "policy", Version: "v1", Namespaced: true},
-		},
-	}}
-	c.kube.PrependReactor("list", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		restrictions := action.(k8stesting.ListAction).GetListRestrictions()
-		if restrictions.Fields == nil || restrictions.Fields.Empty() {
-			return false, nil, nil
-		}
-		obj, err := c.kube.Tracker().List(podsResource, corev1.SchemeGroupVersion.WithKind("Pod"), action.GetNamespace())
-		if err != nil {
-			return true, nil, err
-		}
-		all := obj.(*corev1.PodList)
-		filtered := &corev1.PodList{ListMeta: all.ListMeta}
-		for _, p := range all.Items {
-			if restrictions.Fields.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName}) {
-				filtered.Items = append(filtered.Items, p)
-			}
-		}
-		return true, filtered, nil
-	})
-	c.kube.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		eviction := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.evictionAttempts++
-		if err := c.refuse(c.evictionAttempts); err != nil {
-			return true, nil, err
-		}
-		if err := c.kube.Tracker().Delete(podsResource, eviction.Namespace, eviction.Name); err != nil {
-			return true, nil, err
-		}
-		c.evicted = append(c.evicted, eviction.Namespace+"/"+eviction.Name)
-		c.evictedAt = time.Now()
-		return true, nil, nil
-	})
-	c.kube.PrependReactor("delete", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		c.mu.Lock()
-		c.podDeletes++
-		c.mu.Unlock()
-		return false, nil, nil
-	})
-	return c
+	return &fakeCluster{Cluster: simfake.New(refuse, objects...), mcfg: mcfgfake.NewClientset(pools...)}
 }
 
 // start runs the simulator until the test ends.
@@ -120,7 +45,7 @@ func (c *fakeCluster) start(t *testing.T, scale float64) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, c.kube, c.mcfg, timing) }()
+	go func() { done <- run(ctx, c.Kube, c.mcfg, timing) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -157,7 +82,7 @@ func (c *fakeCluster) workerPool(t *testing.T) *mcfgv1.MachineConfigPool {
 
 func (c *fakeCluster) node(t *testing.T, name string) *corev1.Node {
 	t.Helper()
-	n, err := c.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	n, err := c.Kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +106,7 @@ type nodeTimeline struct {
 func watchNodes(t *testing.T, c *fakeCluster, config string) *nodeTimeline {
 	t.Helper()
 	tl := &nodeTimeline{config: config, cordoned: map[string]bool{}, drainedAt: map[string]time.Time{}, everUpdating: map[string]bool{}}
-	factory := informers.NewSharedInformerFactory(c.kube, 0)
+	factory := informers.NewSharedInformerFactory(c.Kube, 0)
 	informer := factory.Core().V1().Nodes().Informer()
 	observe := func(obj interface{}) {
 		n := obj.(*corev1.Node)
@@ -250,7 +175,7 @@ func TestRunRollsOutAPoolThroughABlockedDrain(t *testing.T) {
 	pool := testPool(WorkerPool, next)
 	refuseFirst := func(n int) error {
 		if n == 1 {
-			return pdbRefusal()
+			return simfake.PDBRefusal()
 		}
 		return nil
 	}
@@ -291,19 +216,18 @@ func TestRunRollsOutAPoolThroughABlockedDrain(t *testing.T) {
 		t.Errorf("at most %d nodes were cordoned at once, want 1 (maxUnavailable 1)", maxCordoned)
 	}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.evictionAttempts < 2 || len(c.evicted) != 1 || c.evicted[0] != "models/model-predictor-abc" {
-		t.Errorf("evictions: %d attempts, evicted %v; want a refused attempt, then the pod evicted", c.evictionAttempts, c.evicted)
+	attempts, evicted, podDeletes := c.Evictions()
+	if attempts < 2 || len(evicted) != 1 || evicted[0] != "models/model-predictor-abc" {
+		t.Errorf("evictions: %d attempts, evicted %v; want a refused attempt, then the pod evicted", attempts, evicted)
 	}
-	if c.podDeletes != 0 {
-		t.Errorf("the drain deleted pods %d times; it must only evict", c.podDeletes)
+	if podDeletes != 0 {
+		t.Errorf("the drain deleted pods %d times; it must only evict", podDeletes)
 	}
-	if drainedAt.IsZero() || drainedAt.Before(c.evictedAt) {
-		t.Errorf("w3 reported its drain complete at %v, before its pod was evicted at %v", drainedAt, c.evictedAt)
+	if evictedAt := c.LastEviction(); drainedAt.IsZero() || drainedAt.Before(evictedAt) {
+		t.Errorf("w3 reported its drain complete at %v, before its pod was evicted at %v", drainedAt, evictedAt)
 	}
 
-	events, err := c.kube.CoreV1().Events(EventNamespace).List(context.Background(), metav1.ListOptions{})
+	events, err := c.Kube.CoreV1().Events(EventNamespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +308,7 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 		t.Errorf("degradedMachineCount = %d, want 1", s.DegradedMachineCount)
 	}
 	eventually(t, 30*time.Second, "DrainThresholdExceeded and DrainFailed Events on the node", func() bool {
-		events, err := c.kube.CoreV1().Events(EventNamespace).List(context.Background(), metav1.ListOptions{})
+		events, err := c.Kube.CoreV1().Events(EventNamespace).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +322,7 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 	})
 
 	uncordon := []byte(`{"spec":{"unschedulable":false}}`)
-	if _, err := c.kube.CoreV1().Nodes().Patch(context.Background(), "w1", types.MergePatchType, uncordon, metav1.PatchOptions{}); err != nil {
+	if _, err := c.Kube.CoreV1().Nodes().Patch(context.Background(), "w1", types.MergePatchType, uncordon, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the drain controller to cordon the node again", func() bool {
@@ -414,10 +338,8 @@ func TestRunBlockedDrainEscalatesAndRecovers(t *testing.T) {
 	if poolConditionTrue(c.workerPool(t).Status.Conditions, mcfgv1.MachineConfigPoolDegraded) {
 		t.Error("pool still Degraded after the node updated")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.podDeletes != 0 || len(c.evicted) != 1 {
-		t.Errorf("pod deletes %d, evictions %v; want the pod evicted once and never deleted", c.podDeletes, c.evicted)
+	if _, evicted, podDeletes := c.Evictions(); podDeletes != 0 || len(evicted) != 1 {
+		t.Errorf("pod deletes %d, evictions %v; want the pod evicted once and never deleted", podDeletes, evicted)
 	}
 }
 
@@ -434,7 +356,7 @@ func TestRunFailsWithoutThePoolAPI(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := run(ctx, c.kube, c.mcfg, timing); err == nil || ctx.Err() != nil {
+	if err := run(ctx, c.Kube, c.mcfg, timing); err == nil || ctx.Err() != nil {
 		t.Errorf("run without the pool API = %v (context: %v), want an immediate error", err, ctx.Err())
 	}
 	if err := Run(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, 0); err == nil {

@@ -34,6 +34,7 @@ type Cluster struct {
 	refuse     func(n int) error
 	attempts   int
 	evicted    []string
+	evictedAt  time.Time
 	podDeletes int
 }
 
@@ -96,6 +97,7 @@ func New(refuse func(n int) error, objects ...runtime.Object) *Cluster {
 			return true, nil, err
 		}
 		c.evicted = append(c.evicted, eviction.Namespace+"/"+eviction.Name)
+		c.evictedAt = time.Now()
 		return true, nil, nil
 	})
 	c.Kube.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -120,6 +122,13 @@ func (c *Cluster) Evictions() (attempts int, evicted []string, podDeletes int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.attempts, append([]string{}, c.evicted...), c.podDeletes
+}
+
+// LastEviction returns when the last pod was evicted (zero before any).
+func (c *Cluster) LastEviction() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.evictedAt
 }
 
 // Node returns the node, failing the test if it cannot.
