@@ -109,23 +109,40 @@ func (c *Controller) enqueueWatchedNodes() {
 	}
 }
 
-// onPDB re-examines the nodes under drain that run a pod the PDB selects: its budget is all that
-// changed. A cluster's thousands of PDBs change status all the time (every pod turning Ready or not);
-// only those of pods on draining nodes matter.
+// onPDB re-examines the nodes under drain that run a pod the PDB selects, and the Ready Surges whose
+// blocked pod it selects: its budget is all that changed. A cluster's thousands of PDBs change status
+// all the time (every pod turning Ready or not); only those of pods on draining nodes matter.
+//
+// A Ready Surge's eviction is usually refused at first: the replacement turned Ready a moment before
+// the disruption controller raised the budget. Waking the Surge when the budget moves evicts the pod
+// as soon as the API server allows it, instead of on the next retry, by which time the MCO's own
+// drain attempt may have taken it (and with it the grace period the early eviction saves).
 func (c *Controller) onPDB(obj any) {
 	pdb, ok := obj.(*policyv1.PodDisruptionBudget)
 	if !ok {
 		return
 	}
 	for _, n := range c.drains.watchedNodes() {
-		pods, _ := c.podsOn(n)
-		for _, p := range pods {
-			if p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
-				c.enqueueNode(n)
-				break
-			}
+		if c.selectsPodOn(pdb, n) {
+			c.enqueueNode(n)
 		}
 	}
+	for _, s := range c.surges.InNamespace(pdb.Namespace) {
+		if s.PhaseOf() == v1alpha1.PhaseReady && c.selectsPodOn(pdb, s.Spec.Node) {
+			c.enqueueSurge(s)
+		}
+	}
+}
+
+// selectsPodOn reports whether the PDB selects a pod of its namespace on the node.
+func (c *Controller) selectsPodOn(pdb *policyv1.PodDisruptionBudget, node string) bool {
+	pods, _ := c.podsOn(node)
+	for _, p := range pods {
+		if p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // onScalable re-examines the Surges whose target or pod owner the object is: someone may change their

@@ -9,11 +9,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -177,6 +181,45 @@ func TestPDBEventEnqueuesOnlyNodesWithSelectedPods(t *testing.T) {
 	}
 	if !reflect.DeepEqual(queued, []string{"w1"}) {
 		t.Fatalf("the model's PDB event queued %v, want only w1 (w4 runs another model)", queued)
+	}
+}
+
+// A Ready Surge whose eviction the budget refused is woken by its PDB's next status change, so the
+// pod is evicted as soon as the budget allows, not on the next retry; another model's PDB wakes it not.
+func TestPDBEventWakesTheReadySurgeItBlocks(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 10)
+	})
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	if p := h.phase(depSurge); p != v1alpha1.PhaseReady {
+		t.Fatalf("Surge %s, want Ready with its eviction refused", p)
+	}
+	queued := func(budget *policyv1.PodDisruptionBudget) bool {
+		for h.c.queue.Len() > 0 {
+			k, _ := h.c.queue.Get()
+			h.c.queue.Done(k)
+			h.c.queue.Forget(k)
+		}
+		h.c.onPDB(budget)
+		found := false
+		for h.c.queue.Len() > 0 {
+			k, _ := h.c.queue.Get()
+			found = found || k.Surge.Name == depSurge
+			h.c.queue.Done(k)
+		}
+		return found
+	}
+	other := pdb(1, 1, 1)
+	other.Name, other.Spec.Selector.MatchLabels = "other", map[string]string{"app": "other"}
+	if queued(other) {
+		t.Error("another model's PDB woke the Surge")
+	}
+	if !queued(pdb(1, 2, 2)) {
+		t.Error("the model's PDB allowing a disruption did not wake its Ready Surge")
 	}
 }
 
