@@ -227,6 +227,11 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 	case guardian.OutcomeUnresolvable:
 		return metrics.PreparedUnresolvable, fmt.Sprintf("%s: %s: %s", what, d.Reason, d.Detail), nil
 	}
+	if d.Reason == guardian.StallPrepareQueued {
+		// Queued behind surges in flight: it starts by itself, so the pool is still preparing, not
+		// waiting for something to change (what an admin about to unpause needs to tell apart).
+		return metrics.PreparedStarting, "", nil
+	}
 	if d.Reason == guardian.StallPDBStatusBehind && st.Existing != nil {
 		// The replacement just turned Ready and the PDB's status has not counted it yet.
 		return preparedState(st.Existing), "", nil

@@ -16,6 +16,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
+	"github.com/drain-guardian/drain-guardian/internal/options"
 )
 
 // preparedPool: the worker pool is paused with rendered-2 pending (the render controller moved its
@@ -123,6 +124,28 @@ func TestPreparePoolSurgesAheadAndHoldsUntilUpdated(t *testing.T) {
 	h.settle(depSurge)
 	if h.surge(depSurge) != nil || h.replicas() != 1 {
 		t.Fatalf("not restored at pool Updated: phase %q replicas %d", h.phase(depSurge), h.replicas())
+	}
+}
+
+// A workload queued for a slot behind the pool's own prepared surges is preparing, not waiting: it
+// starts by itself once they are Ready, and an admin about to unpause must not read "0 preparing".
+func TestPrepareQueuedForASlotCountsAsPreparing(t *testing.T) {
+	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge, o.MaxConcurrentSurgePerNamespace = 2, 2 },
+		preparedPool(append(otherModel("w2"), gpuNode("w3"))...)...)
+	h.syncPool()
+	if h.surge(depSurge) == nil || h.surge("deployment-other") != nil {
+		t.Fatal("want the first node's model prepared and the second queued for the last slot")
+	}
+	requireEvent(t, h.events(), "Normal", ReasonPoolPreparing, "0 of 2", "2 preparing, 0 waiting")
+	if h.prepared(metrics.PreparedStarting) != 2 || h.prepared(metrics.PreparedWaiting) != 0 {
+		t.Fatalf("prepared_workloads: preparing %v waiting %v, want 2 and 0", h.prepared(metrics.PreparedStarting), h.prepared(metrics.PreparedWaiting))
+	}
+	h.settle(depSurge)
+	h.readyReplacement()
+	h.settle(depSurge)
+	h.syncPool()
+	if h.surge("deployment-other") == nil {
+		t.Fatal("the queued workload was not prepared once the slot was free")
 	}
 }
 

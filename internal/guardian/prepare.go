@@ -133,13 +133,17 @@ func prepareRoom(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 		}
 	}
 	if cfg.MaxInFlight > 0 && w.InFlight+1 >= cfg.MaxInFlight {
-		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
+		if w.InFlight == 0 {
+			// Nothing in flight will free a slot: --max-concurrent-surges=1 leaves none to prepare with.
+			return d.with(OutcomeDefer, StallLookaheadSkipped, "--max-concurrent-surges=%d leaves no slot for a prepared surge: the last one stays for a stall that blocks a drain", cfg.MaxInFlight)
+		}
+		return d.with(OutcomeDefer, StallPrepareQueued, "the last surge slot stays for a stall that blocks a drain")
 	}
 	if len(w.Waiting) > 0 {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "%d stall(s) wait for a surge slot: a prepared surge only uses what stalls leave", len(w.Waiting))
 	}
 	if ns := st.Pod.Namespace; cfg.MaxInFlightPerNamespace > 0 && w.InFlightByNamespace[ns] >= cfg.MaxInFlightPerNamespace {
-		return d.with(OutcomeDefer, StallLookaheadSkipped, "namespace %s has %d surges in flight (--max-concurrent-surges-per-namespace=%d)",
+		return d.with(OutcomeDefer, StallPrepareQueued, "namespace %s has %d surges in flight (--max-concurrent-surges-per-namespace=%d)",
 			ns, w.InFlightByNamespace[ns], cfg.MaxInFlightPerNamespace)
 	}
 	return d.with(OutcomeSurge, StallNone, "")

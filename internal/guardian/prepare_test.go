@@ -53,10 +53,11 @@ func TestDecidePrepare(t *testing.T) {
 		mutate func(*fixture, *Prepare)
 		want   string
 		detail string
+		reason StallReason // of every deferred workload, when set
 	}{
 		{name: "every stall prepared in update order", spare: 3, want: "w3:surge w1:surge w2:surge"},
 		// Spare capacity goes to the first drains: the first node's stall costs a whole model load.
-		{name: "capacity goes to the first nodes to update", spare: 2, want: "w3:surge w1:surge w2:defer", detail: "missing 1 nvidia.com/gpu"},
+		{name: "capacity goes to the first nodes to update", spare: 2, want: "w3:surge w1:surge w2:defer", detail: "missing 1 nvidia.com/gpu", reason: StallLookaheadSkipped},
 		{name: "nothing spare while a stall waits for capacity", spare: 3, mutate: func(_ *fixture, p *Prepare) { p.CapacityWanted = true },
 			want: "w3:defer w1:defer w2:defer", detail: "a stall waits for capacity"},
 		// Another pool's stall, surged a moment ago, has its replacement still to place: it comes first.
@@ -70,7 +71,13 @@ func TestDecidePrepare(t *testing.T) {
 			p.Ledger = f.ledger()
 		}, want: "w3:surge w1:defer w2:defer"},
 		{name: "the last concurrency slot stays for a stall", spare: 3, cfg: StallConfig{MaxInFlight: 3}, mutate: func(_ *fixture, p *Prepare) { p.InFlight = 1 },
-			want: "w3:surge w1:defer w2:defer", detail: "last surge slot"},
+			want: "w3:surge w1:defer w2:defer", detail: "last surge slot", reason: StallPrepareQueued},
+		{name: "a single slot is never a prepared surge's", spare: 3, cfg: StallConfig{MaxInFlight: 1},
+			want: "w3:defer w1:defer w2:defer", detail: "leaves no slot", reason: StallLookaheadSkipped},
+		// Queued behind the pool's own prepared surges: it starts as they turn Ready.
+		{name: "a namespace's share of the slots", spare: 3, cfg: StallConfig{MaxInFlight: 5, MaxInFlightPerNamespace: 2}, mutate: func(f *fixture, p *Prepare) {
+			p.InFlightByNamespace = map[string]int{f.ns.Name: 1}
+		}, want: "w3:surge w1:defer w2:defer", detail: "surges in flight", reason: StallPrepareQueued},
 		{name: "an existing Surge covers", spare: 3, mutate: func(_ *fixture, p *Prepare) {
 			p.Nodes[0].Stalls[0].Existing = surge("s", "w3", "rendered-2", v1alpha1.PhaseReady)
 		}, want: "w3:covered w1:surge w2:surge"},
@@ -105,6 +112,9 @@ func TestDecidePrepare(t *testing.T) {
 				for _, d := range n.Decisions {
 					if d.Outcome == OutcomeDefer && !strings.Contains(d.Detail, tt.detail) {
 						t.Errorf("%s: detail %q lacks %q", n.Node, d.Detail, tt.detail)
+					}
+					if d.Outcome == OutcomeDefer && tt.reason != StallNone && d.Reason != tt.reason {
+						t.Errorf("%s: reason %v, want %v", n.Node, d.Reason, tt.reason)
 					}
 				}
 			}

@@ -38,6 +38,10 @@ const (
 	StallPDBStatusBehind
 	// StallSurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
 	StallSurgeTooLarge
+	// StallPrepareQueued: a prepared surge waits for a slot (the last one stays for a stall; its
+	// namespace's share is in use). It starts when a surge in flight turns Ready or ends, with
+	// nothing else to change: the workload is being prepared, behind others.
+	StallPrepareQueued
 )
 
 type reasonNames struct{ verdict, event string }
@@ -60,6 +64,7 @@ var reasonTable = map[StallReason]reasonNames{
 	StallLookaheadSkipped: {"lookahead-skipped", ""},
 	StallPDBStatusBehind:  {"pdb-status-behind", ""},
 	StallSurgeTooLarge:    {"surge-too-large", ReasonSurgeTooLarge},
+	StallPrepareQueued:    {"prepare-queued", ""},
 }
 
 // String is the reason's verdict, as `check` prints it.

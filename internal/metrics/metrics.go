@@ -54,9 +54,11 @@ type Metrics struct {
 const (
 	// PreparedReady: the workload's extra replica is Ready: its drain will not stall.
 	PreparedReady = "prepared"
-	// PreparedStarting: surged, the extra replica is not Ready yet.
+	// PreparedStarting: surged, the extra replica is not Ready yet; or queued for a slot behind
+	// surges in flight, which it gets without anything else changing.
 	PreparedStarting = "preparing"
-	// PreparedWaiting: not surged yet: no spare capacity or surge slot after the stalls being served.
+	// PreparedWaiting: not surged yet: no spare capacity, or stalls that block a drain wait for the
+	// slots.
 	PreparedWaiting = "waiting"
 	// PreparedUnresolvable: no surge helps (the same reasons as a stall's).
 	PreparedUnresolvable = "unresolvable"
