@@ -370,6 +370,11 @@ func (s *scenario) waitEvent(timeout time.Duration, reason, eventType string) co
 }
 
 // requireEvents fails unless every reason has at least one Event.
+//
+// Scenarios require StallResolved (the blocked pod left its node while its replacement was Ready),
+// not PodEvicted: who evicts the pod is a race the user does not rely on. A look-ahead surge Ready
+// before the drain comes lets the drain's own eviction through at once, and once a replacement turns
+// Ready the guardian's eviction and the drainer's next retry go for the same pod.
 func (s *scenario) requireEvents(reasons ...string) {
 	s.t.Helper()
 	ev := s.events()

@@ -151,7 +151,7 @@ func (s *scenario) updateWithOneSpareGPU(models []model) {
 		s.waitModelBack(m)
 	}
 	s.assertAvailable()
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 	s.forbidEvents("SurgeFailed")
 	if started := len(s.events()["SurgeStarted"]); started < len(models) {
 		t.Errorf("%d surges for %d stalled models", started, len(models))

@@ -113,7 +113,7 @@ func TestDeployment(t *testing.T) {
 	if d := s.deployment("model"); d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("deployment replicas %v after restore, want 1", d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "ReplacementReady", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
 	s.forbidEvents("SurgeFailed", "ExternalChange")
 }
 
@@ -210,7 +210,7 @@ func (s *scenario) assertRestoredOnce() {
 	if d := s.deployment("model"); *d.Spec.Replicas != 1 {
 		s.t.Errorf("replicas %d after restore, want 1", *d.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 	s.requireSingleSurge()
 }
 
@@ -390,7 +390,7 @@ func TestLLMInferenceServiceReplicasUnset(t *testing.T) {
 	if got := specJSON(after); got != before {
 		t.Errorf("LLMInferenceService spec not restored:\nbefore %s\nafter  %s", before, got)
 	}
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 	if llmNilKeepsCount {
 		// 3.4: removing the field at once would have kept two replicas; the restore first wrote the
 		// original count, waited for the scale-down, then removed it.
@@ -441,7 +441,7 @@ func TestStatefulSet(t *testing.T) {
 	if got := get(); *got.Spec.Replicas != 1 {
 		t.Errorf("statefulset replicas %d after restore, want 1", *got.Spec.Replicas)
 	}
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 }
 
 // TestLeaderKilled: two guardians elect a leader; the leader is SIGKILLed in the middle of a surge

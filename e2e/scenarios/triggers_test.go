@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/gpuopsim"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/mcosim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/nmosim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
@@ -143,8 +145,85 @@ func TestGPUDriverUpgrade(t *testing.T) {
 	}
 	s.assertAvailable()
 	inv.violations(t)
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 	s.forbidEvents("SurgeFailed", "DrainFailed")
+}
+
+// TestPoolUpdateDuringDriverUpgrade: an MCO pool update and a GPU Operator driver upgrade at the same
+// time, on the same four nodes (one GPU each, three single-replica models, one spare GPU). The driver
+// upgrade starts once the MCO has cordoned its first node: the GPU Operator counts that node against
+// its maxUnavailable and takes it at once (a node someone else cordoned is started whatever the
+// limits), so at least one node is drained by both at the same time. With default flags the guardian
+// makes one surge per stall whatever drains the node: no count ever goes more than one above its
+// original or below it, every model has a Ready pod at every observation, the pool is Updated and
+// every node upgrade-done, and every count is restored.
+func TestPoolUpdateDuringDriverUpgrade(t *testing.T) {
+	s := newScenarioWithin(t, 2*scenarioTimeout, "mco-and-gpu", gpuNodes(4, 1), "", selectors(threeModels)...)
+	for _, m := range threeModels {
+		s.createModel(m)
+	}
+	s.startGPUOperator()
+	s.startGuardian()
+	inv := s.watchInvariants()
+	s.obs.StartSampling()
+	both := s.sampleDoubleDrains()
+	s.updatePool()
+	s.eventually(30*time.Second, "the MCO to cordon its first node", func() (bool, error) {
+		for _, n := range s.nodes {
+			if s.getNode(n).Spec.Unschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	s.upgradeDriver()
+	s.waitPoolUpdated()
+	s.waitDriverUpgraded()
+	for _, m := range threeModels {
+		s.waitModelBack(m)
+	}
+	s.assertAvailable()
+	inv.violations(t)
+	if nodes := both(); len(nodes) == 0 {
+		t.Error("no node was drained by the MCO and the GPU Operator at the same time: the scenario tested nothing shared")
+	} else {
+		t.Logf("drained by both at once: %v", nodes)
+	}
+	s.requireEvents("SurgeStarted", "SurgeRestored")
+	s.forbidEvents("SurgeFailed", "DrainFailed")
+}
+
+// sampleDoubleDrains records, every 100 ms until the returned function is called, the nodes being
+// updated by the MCO (desired config not current) while the GPU Operator empties them (cordon to
+// drain states), and returns them then.
+func (s *scenario) sampleDoubleDrains() func() []string {
+	emptying := []string{gpuopsim.StateCordonRequired, gpuopsim.StateWaitForJobsRequired, gpuopsim.StatePodDeletionRequired, gpuopsim.StateDrainRequired}
+	seen := map[string]bool{}
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+			for _, name := range s.nodes {
+				n, err := s.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					continue
+				}
+				a := n.Annotations
+				if a[mcosim.DesiredConfigAnnotation] != a[mcosim.CurrentConfigAnnotation] && slices.Contains(emptying, n.Labels[gpuopsim.StateLabel]) {
+					seen[name] = true
+				}
+			}
+			return false, nil
+		})
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		out := slices.Collect(maps.Keys(seen))
+		slices.Sort(out)
+		return out
+	}
 }
 
 // TestGPUDriverUpgradeWithoutGuardian is the control case: the same upgrade without the guardian
@@ -207,7 +286,7 @@ func TestNodeMaintenance(t *testing.T) {
 	})
 	s.waitModelBack(m)
 	s.assertAvailable()
-	s.requireEvents("SurgeStarted", "PodEvicted", "SurgeRestored")
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
 	s.forbidEvents("SurgeFailed")
 }
 
