@@ -35,8 +35,8 @@ it, as far as spare capacity allows, and holds those surges until the pool is Up
 the annotation: the guardian restores what it prepared.
 
 The window workflow: pause the pool (spec.paused: true), let the new config render, run prepare, wait
-until 'drain-guardian check' (or the pool's PoolPrepared Event) says every workload is prepared, then
-unpause: the pool updates at the speed of two-replica workloads and the surges are restored once it is
+until 'drain-guardian check' (or the pool's PoolPrepared Event) says every workload is prepared, or
+the pool's PoolPartlyPrepared Event says the rest wait for capacity, then unpause: the pool updates at the speed of two-replica workloads and the surges are restored once it is
 Updated. Writing a MachineConfigPool takes cluster-admin rights.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

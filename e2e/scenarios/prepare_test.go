@@ -84,8 +84,7 @@ func (s *scenario) prepareWindow() {
 	s.updatePool()
 	s.patchPool(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, prepareAnnotation))
 	s.waitPoolEventMatching(prepareTimeout, "prepared as far as capacity allows", func(e corev1.Event) bool {
-		return e.Reason == "PoolPrepared" ||
-			e.Reason == "PoolPreparing" && strings.Contains(e.Message, ", 0 preparing,") && !strings.Contains(e.Message, ": 0 of ")
+		return e.Reason == "PoolPrepared" || e.Reason == "PoolPartlyPrepared" && !strings.Contains(e.Message, ": 0 of ")
 	})
 	s.unpause()
 }

@@ -22,10 +22,17 @@ import (
 
 // Event reasons of a pool being prepared (recorded on the MachineConfigPool).
 const (
-	// ReasonPoolPreparing: some workloads that would stall the pool's next update are not prepared yet.
+	// ReasonPoolPreparing: some workloads that would stall the pool's next update are being prepared.
 	ReasonPoolPreparing = "PoolPreparing"
 	// ReasonPoolPrepared: every workload that would stall the pool's next update has a Ready extra replica.
 	ReasonPoolPrepared = "PoolPrepared"
+	// ReasonPoolPartlyPrepared: none is being prepared any more, but some are not prepared: they wait
+	// for capacity, or no surge helps them. The pool is as ready as it gets until something changes.
+	//
+	// Each state has a reason of its own because the events API folds Events that differ only in their
+	// note into one series, of which the API server keeps the first note: a PoolPreparing whose counts
+	// changed would never be seen.
+	ReasonPoolPartlyPrepared = "PoolPartlyPrepared"
 	// ReasonNothingToPrepare: the pool has no pending update.
 	ReasonNothingToPrepare = "NothingToPrepare"
 )
@@ -243,7 +250,8 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 }
 
 // reportPrepared records the pool's readiness Event: PoolPrepared once every workload that would
-// stall its update is prepared, else PoolPreparing with the counts and what waits.
+// stall its update is prepared, PoolPreparing while some are being prepared, else PoolPartlyPrepared;
+// with the counts and what waits.
 func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config string, pc prepareCounts) {
 	total := 0
 	for _, n := range pc.byState {
@@ -258,6 +266,12 @@ func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config strin
 	eventType := corev1.EventTypeNormal
 	if pc.byState[metrics.PreparedUnresolvable] > 0 {
 		eventType = corev1.EventTypeWarning
+	}
+	if pc.byState[metrics.PreparedStarting] == 0 {
+		c.reportPrepare(pool, eventType, ReasonPoolPartlyPrepared,
+			"Pool %s is prepared for %s as far as it can be now: %d of %d workloads that would stall its update prepared, %d waiting, %d unresolvable: %s",
+			pool.Name, config, ready, total, pc.byState[metrics.PreparedWaiting], pc.byState[metrics.PreparedUnresolvable], strings.Join(pc.notes, "; "))
+		return
 	}
 	c.reportPrepare(pool, eventType, ReasonPoolPreparing,
 		"Pool %s prepares for %s: %d of %d workloads that would stall its update prepared, %d preparing, %d waiting, %d unresolvable: %s",

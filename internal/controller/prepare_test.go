@@ -192,7 +192,7 @@ func TestPrepareYieldsToAStallWaitingForCapacity(t *testing.T) {
 	if h.surge(depSurge) != nil {
 		t.Fatal("prepared with capacity a stall waits for")
 	}
-	requireEvent(t, h.events(), "Normal", ReasonPoolPreparing, "1 waiting", "a stall waits for capacity")
+	requireEvent(t, h.events(), "Normal", ReasonPoolPartlyPrepared, "0 of 1", "1 waiting", "a stall waits for capacity")
 	if h.prepared(metrics.PreparedWaiting) != 1 {
 		t.Fatalf("prepared_workloads{waiting} = %v, want 1", h.prepared(metrics.PreparedWaiting))
 	}
