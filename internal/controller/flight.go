@@ -162,6 +162,10 @@ type inFlightView struct {
 	count int
 	// trusted lists the cached Surges in flight whose pending replacements the cache shows.
 	trusted []*v1alpha1.Surge
+	// held lists the cached trusted Surges that hold their count without serving a stall (Resolved, or
+	// a Ready prepared one): a pod of theirs that a drain evicted comes back as a pending pod, which
+	// the scheduler places before any later replacement.
+	held []*v1alpha1.Surge
 	// unverified are the replacements booked by the Surges this process created but has not
 	// verified yet: the cache may not show them, nor their pods.
 	unverified []*podinfo.Pod
@@ -181,9 +185,14 @@ func (f *flight) view(cached []*v1alpha1.Surge) inFlightView {
 		if _, recent := f.recent[keyOf(sg)]; recent {
 			continue
 		}
-		if t, ok := f.trusted[keyOf(sg)]; ok && t.uid == sg.UID && guardian.InFlight(sg) {
+		t, ok := f.trusted[keyOf(sg)]
+		switch {
+		case !ok || t.uid != sg.UID:
+		case guardian.InFlight(sg):
 			v.trusted = append(v.trusted, sg)
 			v.byNamespace[sg.Namespace]++
+		case sg.PhaseOf() == v1alpha1.PhaseReady || sg.PhaseOf() == v1alpha1.PhaseResolved:
+			v.held = append(v.held, sg)
 		}
 	}
 	now := f.clock.Now()

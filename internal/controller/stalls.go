@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,9 +135,12 @@ func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guar
 }
 
 // booked lists the replacements every Surge in flight still waits for: those of the cached, verified
-// Surges and those booked by the Surges this process created but has not verified yet.
+// Surges and those booked by the Surges this process created but has not verified yet. A held Surge's
+// pods still to place count too: a drain that evicts one of its replicas gets it recreated, Pending,
+// and that pod takes the next free GPU before a replacement surged after it.
 func (c *Controller) booked(view inFlightView) []*podinfo.Pod {
-	return append(c.pendingReplacements(view.trusted), view.unverified...)
+	surges := append(slices.Clip(view.trusted), view.held...)
+	return append(c.pendingReplacements(surges), view.unverified...)
 }
 
 // pendingReplacements lists, for the given Surges in flight, the replacements the scheduler has

@@ -54,6 +54,29 @@ func TestHugeReplicaCountBooksOnlyWhatTheSurgeAdds(t *testing.T) {
 	}
 }
 
+// A held surge whose replica a drain evicted gets it back as a Pending pod, which the scheduler places
+// before any replacement surged later: the capacity ledger books it, or the next stall's surge would
+// count on the same free GPU and go Unschedulable.
+func TestHeldSurgeBooksItsPendingPod(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.allowEvictions()
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.deletePod("model-abc-a")
+	h.refresh()
+	h.settle(depSurge)
+	if p := h.phase(depSurge); p != v1alpha1.PhaseResolved {
+		t.Fatalf("Surge %s, want Resolved (held until safe to restore)", p)
+	}
+	h.addPod(modelPod("model-abc-c", "", false))
+	h.refresh()
+	if got := h.booked(); len(got) != 1 || got[0].Name != "model-abc-c" {
+		t.Fatalf("booked %v, want the held surge's Pending pod", got)
+	}
+}
+
 // A Surge the guardian no longer acts on (the workload opted out after the surge) serves no stall:
 // it books no capacity, whichever pod (a finished one requesting GPUs) its selector lists first.
 func TestRejectedSurgeBooksNoCapacity(t *testing.T) {
