@@ -130,7 +130,19 @@ var threeModels = []model{{name: "m1", kind: "Deployment"}, {name: "m2", kind: "
 // MCO simulator's delays). Every node ends upgrade-done, none upgrade-failed, every model has a Ready
 // pod at every observation, and every count is restored.
 func TestGPUDriverUpgrade(t *testing.T) {
-	s := newScenarioWithin(t, 2*scenarioTimeout, "gpu-upgrade", gpuNodes(4, 1), "", selectors(threeModels)...)
+	s, inv := startDriverUpgradeBed(t, "gpu-upgrade")
+	s.upgradeDriver()
+	s.waitDriverUpgraded()
+	s.assertModelsKept(inv)
+	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
+	s.forbidEvents("SurgeFailed", "DrainFailed")
+}
+
+// startDriverUpgradeBed sets up the driver upgrade scenarios: four one-GPU nodes carrying the three
+// models (one spare GPU), the GPU Operator at its first driver and the guardian with default flags,
+// the promises watched and availability sampled.
+func startDriverUpgradeBed(t *testing.T, name string) (*scenario, *invariants) {
+	s := newScenarioWithin(t, 2*scenarioTimeout, name, gpuNodes(4, 1), "", selectors(threeModels)...)
 	for _, m := range threeModels {
 		s.createModel(m)
 	}
@@ -138,15 +150,18 @@ func TestGPUDriverUpgrade(t *testing.T) {
 	s.startGuardian()
 	inv := s.watchInvariants()
 	s.obs.StartSampling()
-	s.upgradeDriver()
-	s.waitDriverUpgraded()
+	return s, inv
+}
+
+// assertModelsKept checks, once the upgrade is over, that every model is back to its count, had a
+// Ready pod at every observation, and never went below its count nor more than one above it.
+func (s *scenario) assertModelsKept(inv *invariants) {
+	s.t.Helper()
 	for _, m := range threeModels {
 		s.waitModelBack(m)
 	}
 	s.assertAvailable()
-	inv.violations(t)
-	s.requireEvents("SurgeStarted", "StallResolved", "SurgeRestored")
-	s.forbidEvents("SurgeFailed", "DrainFailed")
+	inv.violations(s.t)
 }
 
 // TestPoolUpdateDuringDriverUpgrade: an MCO pool update and a GPU Operator driver upgrade at the same
@@ -158,14 +173,7 @@ func TestGPUDriverUpgrade(t *testing.T) {
 // original or below it, every model has a Ready pod at every observation, the pool is Updated and
 // every node upgrade-done, and every count is restored.
 func TestPoolUpdateDuringDriverUpgrade(t *testing.T) {
-	s := newScenarioWithin(t, 2*scenarioTimeout, "mco-and-gpu", gpuNodes(4, 1), "", selectors(threeModels)...)
-	for _, m := range threeModels {
-		s.createModel(m)
-	}
-	s.startGPUOperator()
-	s.startGuardian()
-	inv := s.watchInvariants()
-	s.obs.StartSampling()
+	s, inv := startDriverUpgradeBed(t, "mco-and-gpu")
 	both := s.sampleDoubleDrains()
 	s.updatePool()
 	s.eventually(30*time.Second, "the MCO to cordon its first node", func() (bool, error) {
@@ -179,11 +187,7 @@ func TestPoolUpdateDuringDriverUpgrade(t *testing.T) {
 	s.upgradeDriver()
 	s.waitPoolUpdated()
 	s.waitDriverUpgraded()
-	for _, m := range threeModels {
-		s.waitModelBack(m)
-	}
-	s.assertAvailable()
-	inv.violations(t)
+	s.assertModelsKept(inv)
 	if nodes := both(); len(nodes) == 0 {
 		t.Error("no node was drained by the MCO and the GPU Operator at the same time: the scenario tested nothing shared")
 	} else {

@@ -86,6 +86,22 @@ func (h *harness) allowEvictions() {
 	})
 }
 
+// refuseEvictions makes the API server refuse every eviction, as a budget allowing no disruption does.
+func (h *harness) refuseEvictions() {
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 10)
+	})
+}
+
+// readySurge surges the model for the drain of w1 and runs its replacement Ready on w2.
+func (h *harness) readySurge() {
+	h.t.Helper()
+	h.surgeNode("w1", depSurge)
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+}
+
 // updateNode applies mutate to the node in the fake cluster.
 func (h *harness) updateNode(name string, mutate func(*corev1.Node)) {
 	h.t.Helper()
@@ -227,10 +243,7 @@ func TestStallLifecycleSurgesEvictsAndRestoresAfterPoolUpdate(t *testing.T) {
 func TestAutoRestoreOnceTheSurvivorRunsOnAnUpdatedNode(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
 	h.allowEvictions()
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.readySurge()
 	h.deletePod("model-abc-a")
 	h.refresh()
 	h.settle(depSurge)
@@ -601,10 +614,7 @@ func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 func TestRestoreSteersScaleDownOffNodesStillToUpdate(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.Restore = "node" }, stalled()...)
 	h.allowEvictions()
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.readySurge()
 	h.deletePod("model-abc-a")
 	h.refresh()
 	h.settle(depSurge)
@@ -739,10 +749,7 @@ func TestStalePDBStatusIsNoStall(t *testing.T) {
 // forever in the chaos suite.
 func TestReadySurgeResolvedWhenTheDrainIsOverWithAPodBackOnTheNode(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.readySurge()
 	if h.phase(depSurge) != v1alpha1.PhaseReady {
 		t.Fatalf("replacement Ready but the Surge is %s", h.phase(depSurge))
 	}

@@ -60,10 +60,7 @@ func TestHugeReplicaCountBooksOnlyWhatTheSurgeAdds(t *testing.T) {
 func TestHeldSurgeBooksItsPendingPod(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
 	h.allowEvictions()
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.readySurge()
 	h.deletePod("model-abc-a")
 	h.refresh()
 	h.settle(depSurge)
@@ -180,10 +177,7 @@ func testEvictionRefusedForGood(t *testing.T, refusal error) {
 		evictions++
 		return true, nil, refusal
 	})
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.readySurge()
 	s := h.mustSurge(depSurge)
 	if s.PhaseOf() != v1alpha1.PhaseReady || meta.FindStatusCondition(s.Status.Conditions, guardian.ConditionEvictionDue) == nil {
 		t.Fatalf("Surge %s with conditions %v, want Ready with %s", s.PhaseOf(), s.Status.Conditions, guardian.ConditionEvictionDue)
@@ -223,13 +217,8 @@ func testEvictionRefusedForGood(t *testing.T, refusal error) {
 // anything in memory.
 func TestEvictTimeoutRunsAcrossARestart(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 10)
-	})
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.refuseEvictions()
+	h.readySurge()
 	h = restart(t, nil, h.kube, h.mco, h.dyn)
 	h.clock.SetTime(t0.Add(h.c.cfg.EvictTimeout))
 	h.refresh()

@@ -9,11 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 
@@ -188,13 +185,8 @@ func TestPDBEventEnqueuesOnlyNodesWithSelectedPods(t *testing.T) {
 // pod is evicted as soon as the budget allows, not on the next retry; another model's PDB wakes it not.
 func TestPDBEventWakesTheReadySurgeItBlocks(t *testing.T) {
 	h := newHarness(t, nil, stalled()...)
-	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 10)
-	})
-	h.surgeNode("w1", depSurge)
-	h.addPod(modelPod("model-abc-b", "w2", true))
-	h.refresh()
-	h.settle(depSurge)
+	h.refuseEvictions()
+	h.readySurge()
 	if p := h.phase(depSurge); p != v1alpha1.PhaseReady {
 		t.Fatalf("Surge %s, want Ready with its eviction refused", p)
 	}
