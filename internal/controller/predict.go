@@ -54,21 +54,7 @@ func (c *Controller) runPredictions(ctx context.Context) {
 		default:
 		}
 	}
-	informers := []cache.SharedIndexInformer{
-		c.kubeFactory.Core().V1().Nodes().Informer(), c.kubeFactory.Core().V1().Pods().Informer(),
-		c.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.kubeFactory.Core().V1().Namespaces().Informer(),
-	}
-	if c.mcoFactory != nil {
-		informers = append(informers, c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
-	}
-	for _, inf := range informers {
-		reg, err := inf.AddEventHandler(c.handler(poke))
-		if err != nil {
-			c.log.Warn("cannot watch for prediction changes; predicting on the timer only", zap.Error(err))
-			continue
-		}
-		defer func() { _ = inf.RemoveEventHandler(reg) }()
-	}
+	defer c.watchPredictionInputs(poke)()
 	defer c.metrics.PredictedBlocks.Reset()
 	defer c.metrics.PredictedMissingCapacity.Reset()
 
@@ -87,6 +73,32 @@ func (c *Controller) runPredictions(ctx context.Context) {
 				return
 			case <-time.After(predictSettle):
 			}
+		}
+	}
+}
+
+// watchPredictionInputs calls poke on every change of what a prediction reads; the returned
+// function removes the handlers.
+func (c *Controller) watchPredictionInputs(poke func(any)) (stop func()) {
+	informers := []cache.SharedIndexInformer{
+		c.kubeFactory.Core().V1().Nodes().Informer(), c.kubeFactory.Core().V1().Pods().Informer(),
+		c.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.kubeFactory.Core().V1().Namespaces().Informer(),
+	}
+	if c.mcoFactory != nil {
+		informers = append(informers, c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
+	}
+	var removes []func()
+	for _, inf := range informers {
+		reg, err := inf.AddEventHandler(c.handler(poke))
+		if err != nil {
+			c.log.Warn("cannot watch for prediction changes; predicting on the timer only", zap.Error(err))
+			continue
+		}
+		removes = append(removes, func() { _ = inf.RemoveEventHandler(reg) })
+	}
+	return func() {
+		for _, remove := range removes {
+			remove()
 		}
 	}
 }

@@ -116,7 +116,13 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 	if obj.Ignored() {
 		return reject("OptedOut", "%s carries %s=true", t.Ref, workload.IgnoreAnnotation)
 	}
-	sc := &surgeCase{s: s, target: t, obj: obj}
+	return c.verifyOwner(&surgeCase{s: s, target: t, obj: obj}, reject)
+}
+
+// verifyOwner checks that the Surge's pod owner is still controlled by its target and reads the
+// owner's pods. A pod owner that is gone is no error: the lifecycle restores what it surged.
+func (c *Controller) verifyOwner(sc *surgeCase, reject func(reason, format string, args ...any) (*surgeCase, time.Duration, error)) (*surgeCase, time.Duration, error) {
+	s, t := sc.s, sc.target
 	owner, err := c.store.PodOwner(t.PodOwner)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -128,6 +134,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 		return reject("OptedOut", "%s carries %s=true", t.PodOwner, workload.IgnoreAnnotation)
 	}
 	resolved, err := c.store.ResolveOwner(t.PodOwner)
+	var notServed *workload.NotServedError
 	if errors.As(err, &notServed) {
 		return nil, notServedRetry, nil
 	}
@@ -302,66 +309,19 @@ func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
 // scale-down with pod deletion costs first).
 func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Observation, a guardian.Action) (time.Duration, error) {
 	s, obj := sc.s, sc.obj
-	kind := s.Spec.Target.Kind
-	eref := obj.ObjectReference()
 	switch a.Kind {
 	case guardian.ActWriteFields:
-		if err := c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+describeFields(s.Spec.Fields)); err != nil {
-			return 0, err
-		}
-		return time.Second, nil
+		return time.Second, c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+describeFields(s.Spec.Fields))
 	case guardian.ActMarkSurged:
 		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement(s) to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, s.Spec.Node), obs.Now)
 	case guardian.ActDiscard:
-		if err := c.exec.deleteSurge(ctx, s); err != nil {
-			return 0, err
-		}
-		c.event(eref, corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
-			"%s changed by someone else before the surge was written: not surging", describeFields(s.Spec.Fields))
-		return 0, nil
-	case guardian.ActMarkReady:
-		next := withPhase(s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now)
-		if a.EvictionDue {
-			setEvictionDue(next, obs.Now)
-		}
-		if err := c.exec.updateStatus(ctx, next); err != nil {
-			return 0, err
-		}
-		took := obs.Now.Sub(s.Spec.StartTime.Time)
-		c.metrics.ReplacementReady.WithLabelValues(kind).Observe(took.Seconds())
-		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
-			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
-		if a.EvictNow {
-			return c.evict(ctx, eref, s, sc.pods)
-		}
-		return 0, nil
-	case guardian.ActMarkEvictionDue:
-		next := s.DeepCopy()
-		setEvictionDue(next, obs.Now)
-		if err := c.exec.updateStatus(ctx, next); err != nil {
-			return 0, err
-		}
-		if a.EvictNow {
-			return c.evict(ctx, eref, s, sc.pods)
-		}
-		return a.After, nil
+		return 0, c.discard(ctx, sc)
+	case guardian.ActMarkReady, guardian.ActMarkEvictionDue:
+		return c.markReady(ctx, sc, obs, a)
 	case guardian.ActEvict:
-		return c.evict(ctx, eref, s, sc.pods)
+		return c.evict(ctx, obj.ObjectReference(), s, sc.pods)
 	case guardian.ActMarkResolved:
-		what := fmt.Sprintf("No pod of this workload is left on node %s", s.Spec.Node)
-		if a.Reason == guardian.ReasonDrainOver {
-			what = fmt.Sprintf("The drain of node %s is over", s.Spec.Node)
-		}
-		if err := c.setPhase(ctx, s, v1alpha1.PhaseResolved, "DrainUnblocked", what+"; holding the surge until it is safe to restore", obs.Now); err != nil {
-			return 0, err
-		}
-		c.observeResolved(s, kind, obs.Now)
-		if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerMCOPredicted {
-			c.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
-		}
-		c.event(eref, corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
-			"%s; the drain can proceed. The surge is held until %s", what, c.holdUntil(s))
-		return 0, nil
+		return 0, c.markResolved(ctx, sc, obs, a)
 	case guardian.ActStartRestore:
 		return 0, c.startRestore(ctx, sc, a, obs.Now)
 	case guardian.ActRestoreFields:
@@ -369,16 +329,71 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 		if patch == nil {
 			return time.Second, nil
 		}
-		if err := c.exec.patchTarget(ctx, obj, patch, "restore "+describeRestore(s.Spec.Fields, nil)); err != nil {
-			return 0, err
-		}
-		return time.Second, nil
+		return time.Second, c.exec.patchTarget(ctx, obj, patch, "restore "+describeRestore(s.Spec.Fields, nil))
 	case guardian.ActFinish:
 		return 0, c.finish(ctx, sc, obs)
 	case guardian.ActForget:
 		return 0, c.exec.deleteSurge(ctx, s)
 	}
 	return a.After, nil
+}
+
+// discard deletes a Surge whose fields someone else changed before the surge was written.
+func (c *Controller) discard(ctx context.Context, sc *surgeCase) error {
+	if err := c.exec.deleteSurge(ctx, sc.s); err != nil {
+		return err
+	}
+	c.event(sc.obj.ObjectReference(), corev1.EventTypeNormal, ReasonExternalChange, actionSurge,
+		"%s changed by someone else before the surge was written: not surging", describeFields(sc.s.Spec.Fields))
+	return nil
+}
+
+// markReady records that the replacements are Ready (ActMarkReady) or that the eviction is due
+// (ActMarkEvictionDue), then evicts the blocked pod when the decision says now.
+func (c *Controller) markReady(ctx context.Context, sc *surgeCase, obs guardian.Observation, a guardian.Action) (time.Duration, error) {
+	s, eref := sc.s, sc.obj.ObjectReference()
+	next := s.DeepCopy()
+	if a.Kind == guardian.ActMarkReady {
+		next = withPhase(s, v1alpha1.PhaseReady, "ReplacementReady", fmt.Sprintf("%d replacement(s) Ready off node %s", s.Spec.Delta, s.Spec.Node), obs.Now)
+	}
+	if a.EvictionDue || a.Kind == guardian.ActMarkEvictionDue {
+		setEvictionDue(next, obs.Now)
+	}
+	if err := c.exec.updateStatus(ctx, next); err != nil {
+		return 0, err
+	}
+	if a.Kind == guardian.ActMarkReady {
+		took := obs.Now.Sub(s.Spec.StartTime.Time)
+		c.metrics.ReplacementReady.WithLabelValues(s.Spec.Target.Kind).Observe(took.Seconds())
+		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
+			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
+	}
+	if a.EvictNow {
+		return c.evict(ctx, eref, s, sc.pods)
+	}
+	if a.Kind == guardian.ActMarkEvictionDue {
+		return a.After, nil
+	}
+	return 0, nil
+}
+
+// markResolved records that the stall is over and the surge is held until it is safe to restore.
+func (c *Controller) markResolved(ctx context.Context, sc *surgeCase, obs guardian.Observation, a guardian.Action) error {
+	s := sc.s
+	what := fmt.Sprintf("No pod of this workload is left on node %s", s.Spec.Node)
+	if a.Reason == guardian.ReasonDrainOver {
+		what = fmt.Sprintf("The drain of node %s is over", s.Spec.Node)
+	}
+	if err := c.setPhase(ctx, s, v1alpha1.PhaseResolved, "DrainUnblocked", what+"; holding the surge until it is safe to restore", obs.Now); err != nil {
+		return err
+	}
+	c.observeResolved(s, s.Spec.Target.Kind, obs.Now)
+	if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerMCOPredicted {
+		c.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
+	}
+	c.event(sc.obj.ObjectReference(), corev1.EventTypeNormal, ReasonStallResolved, actionSurge,
+		"%s; the drain can proceed. The surge is held until %s", what, c.holdUntil(s))
+	return nil
 }
 
 // holdUntil says in words what the restore waits for.
