@@ -128,7 +128,7 @@ func predict(p *mcfgv1.MachineConfigPool, members []*corev1.Node) (mco.Plan, str
 
 func stages(p mco.Plan) map[string]string {
 	out := map[string]string{}
-	for stage, nodes := range map[string][]*corev1.Node{"updating": p.Updating, "next": p.Now, "later": p.Later, "skipped": p.Skipped} {
+	for stage, nodes := range map[string][]*corev1.Node{StageUpdating: p.Updating, StageNext: p.Now, StageLater: p.Later, StageSkipped: p.Skipped} {
 		for _, n := range nodes {
 			out[n.Name] = stage
 		}

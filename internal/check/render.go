@@ -84,14 +84,18 @@ func writePrepare(b *strings.Builder, pr *Prepare) {
 	if pr == nil {
 		return
 	}
-	total := pr.Prepared + pr.Preparing + len(pr.Waiting)
-	if pr.Preparing == 0 && len(pr.Waiting) == 0 {
+	total := pr.Prepared + pr.Preparing + len(pr.Waiting) + len(pr.Unresolvable)
+	if total == pr.Prepared {
 		fmt.Fprintf(b, "  PREPARED: %d of %d workloads that would stall the update have a Ready extra replica\n", pr.Prepared, total)
 		return
 	}
-	fmt.Fprintf(b, "  PREPARING: %d of %d prepared, %d preparing, %d waiting\n", pr.Prepared, total, pr.Preparing, len(pr.Waiting))
+	fmt.Fprintf(b, "  PREPARING: %d of %d prepared, %d preparing, %d waiting, %d unresolvable\n",
+		pr.Prepared, total, pr.Preparing, len(pr.Waiting), len(pr.Unresolvable))
 	for _, w := range pr.Waiting {
 		fmt.Fprintf(b, "    waiting: %s\n", w)
+	}
+	for _, u := range pr.Unresolvable {
+		fmt.Fprintf(b, "    unresolvable: %s\n", u)
 	}
 }
 

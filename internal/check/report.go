@@ -106,9 +106,20 @@ type Prepare struct {
 	// Prepared counts the workloads whose extra replica is Ready; Preparing those surged, not Ready yet.
 	Prepared  int `json:"prepared"`
 	Preparing int `json:"preparing"`
-	// Waiting lists the pods that still block a drain of the pool, as "namespace/pod on node: verdict".
+	// Waiting lists the workloads that still block a drain of the pool and wait for capacity, a slot
+	// or a change, as "Kind namespace/name on node: why".
 	Waiting []string `json:"waiting,omitempty"`
+	// Unresolvable lists those no surge helps, as "Kind namespace/name on node: reason: why".
+	Unresolvable []string `json:"unresolvable,omitempty"`
 }
+
+// The stages of a node still to update (Node.Stage).
+const (
+	StageUpdating = "updating"
+	StageNext     = "next"
+	StageLater    = "later"
+	StageSkipped  = "skipped"
+)
 
 // Node is one node still to update and the pods that would block its drain.
 type Node struct {

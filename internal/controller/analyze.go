@@ -7,7 +7,6 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
@@ -37,45 +36,52 @@ func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
 		HoldAll:          c.opts.Restore == string(options.RestorePool),
 		ReadyTimes:       po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
 	})
-	c.addPrepare(r)
+	if err := c.addPrepare(r); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
-// addPrepare says, for every pool asked to be prepared, how far it is: its Prepared Surges by phase,
-// and the pods that still block one of its drains (the guardian surges those it can as capacity frees).
-func (c *Controller) addPrepare(r *check.Report) {
+// addPrepare says, for every pool asked to be prepared, how far it is: its workloads that would stall
+// the update counted by the state the guardian's prepare decision leaves them in now (predictPrepare),
+// the same counts as drain_guardian_prepared_workloads and the pool's Events.
+func (c *Controller) addPrepare(r *check.Report) error {
 	if c.pools == nil {
-		return
+		return nil
 	}
-	surges := c.surges.List()
+	// A stall waiting for capacity keeps prepared surges back. The daemon knows its own stalls; a
+	// one-off `check` reads them from its report: a pod on a node being drained that finds no room.
+	capacityWanted := c.drains.anyCapacityWanted() || stallWantsCapacity(r)
 	for i := range r.Pools {
 		p := &r.Pools[i]
-		if pool, err := c.pools.Get(p.Name); err != nil || !guardian.PrepareRequested(pool) {
+		pool, err := c.pools.Get(p.Name)
+		if err != nil || !guardian.PrepareRequested(pool) {
 			continue
 		}
-		pr := &check.Prepare{}
-		prepared := map[string]bool{}
-		for _, s := range surges {
-			if guardian.Trigger(s.Spec.Trigger) != guardian.TriggerPrepared || s.Spec.Pool != p.Name || s.PhaseOf() == v1alpha1.PhaseFailed {
-				continue
-			}
-			prepared[s.Namespace+"/"+s.Spec.BlockedPod] = true
-			switch preparedState(s) {
-			case metrics.PreparedReady:
-				pr.Prepared++
-			case metrics.PreparedStarting:
-				pr.Preparing++
-			}
+		pc, err := c.predictPrepare(pool, capacityWanted)
+		if err != nil {
+			return fmt.Errorf("pool %s: %w", p.Name, err)
 		}
+		p.Prepare = &check.Prepare{
+			Prepared: pc.byState[metrics.PreparedReady], Preparing: pc.byState[metrics.PreparedStarting],
+			Waiting: pc.notes[metrics.PreparedWaiting], Unresolvable: pc.notes[metrics.PreparedUnresolvable],
+		}
+	}
+	return nil
+}
+
+// stallWantsCapacity reports whether a pod blocks a drain under way and finds no room for its replacement.
+func stallWantsCapacity(r *check.Report) bool {
+	for _, p := range r.Pools {
 		for _, n := range p.Nodes {
 			for _, b := range n.Blocks {
-				if key := b.Namespace + "/" + b.Pod; !prepared[key] && b.Verdict != check.OptedOut && b.Verdict != check.OutOfScope {
-					pr.Waiting = append(pr.Waiting, fmt.Sprintf("%s on %s: %s", key, n.Name, b.Verdict))
+				if n.Stage == check.StageUpdating && b.Verdict == check.NoCapacity {
+					return true
 				}
 			}
 		}
-		p.Prepare = pr
 	}
+	return false
 }
 
 // snapshot lists what check.Analyze needs from the informer caches.

@@ -108,3 +108,25 @@ func TestPredictedMissingCapacity(t *testing.T) {
 	}
 	requireEvent(t, h.events(), corev1.EventTypeWarning, ReasonUpdateWillStall, "no-capacity", "missing 1 nvidia.com/gpu")
 }
+
+// A one-off `check` has no stalls of its own in memory: a pod blocking a drain under way with no room
+// for its replacement is the stall waiting for capacity that keeps prepared surges back.
+func TestStallWantsCapacityOnlyForDrainsUnderWay(t *testing.T) {
+	report := func(stage string, v check.Verdict) *check.Report {
+		return &check.Report{Pools: []check.Pool{{Name: "gpu", Nodes: []check.Node{{Name: "g1", Stage: stage, Blocks: []check.Block{{Pod: "m", Verdict: v}}}}}}}
+	}
+	for _, tc := range []struct {
+		stage   string
+		verdict check.Verdict
+		want    bool
+	}{
+		{check.StageUpdating, check.NoCapacity, true},
+		{check.StageUpdating, check.Resolvable, false},
+		{check.StageNext, check.NoCapacity, false},
+		{check.StageLater, check.NoCapacity, false},
+	} {
+		if got := stallWantsCapacity(report(tc.stage, tc.verdict)); got != tc.want {
+			t.Errorf("%s node, %s: %v, want %v", tc.stage, tc.verdict, got, tc.want)
+		}
+	}
+}

@@ -103,17 +103,7 @@ func (c *Controller) decidePrepare(ctx context.Context, config string, nodes []*
 	var decisions []guardian.PrepareDecision
 	starts := map[[2]int]*surgeStart{}
 	c.exec.admit(ctx, func() []*surgeStart {
-		view := c.flight.view(c.surges.List())
-		pools := c.newPoolLookup()
-		p := guardian.Prepare{
-			Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
-			Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
-			CapacityWanted: c.drains.anyCapacityWanted(),
-			WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
-		}
-		for _, obs := range nodes {
-			p.Nodes = append(p.Nodes, guardian.PrepareNode{Node: obs.node.Name, Stalls: obs.wave.Stalls})
-		}
+		p := c.prepareInput(config, nodes, c.drains.anyCapacityWanted())
 		decisions = guardian.DecidePrepare(c.stallConfig(), p)
 		var out []*surgeStart
 		for i, nd := range decisions {
@@ -129,11 +119,28 @@ func (c *Controller) decidePrepare(ctx context.Context, config string, nodes []*
 	return decisions, starts
 }
 
-// prepareCounts are the pool's workloads that would stall its next update, by state; the names of
+// prepareInput is what guardian.DecidePrepare reads besides the stalls: the surges in flight, the
+// capacity ledger after every stall's, and whether a stall waits for capacity now.
+func (c *Controller) prepareInput(config string, nodes []*nodeObservation, capacityWanted bool) guardian.Prepare {
+	view := c.flight.view(c.surges.List())
+	pools := c.newPoolLookup()
+	p := guardian.Prepare{
+		Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
+		Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
+		CapacityWanted: capacityWanted,
+		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
+	}
+	for _, obs := range nodes {
+		p.Nodes = append(p.Nodes, guardian.PrepareNode{Node: obs.node.Name, Stalls: obs.wave.Stalls})
+	}
+	return p
+}
+
+// prepareCounts are the pool's workloads that would stall its next update, by state; the notes of
 // those not prepared say why. A workload with a Surge is counted once, by its Surge's name.
 type prepareCounts struct {
 	byState map[string]int
-	notes   []string
+	notes   map[string][]string
 	surges  map[string]bool
 }
 
@@ -149,10 +156,29 @@ func (pc *prepareCounts) add(state, note, surge string) {
 	}
 	if pc.byState == nil {
 		pc.byState = map[string]int{}
+		pc.notes = map[string][]string{}
 	}
 	pc.byState[state]++
 	if note != "" {
-		pc.notes = append(pc.notes, note)
+		pc.notes[state] = append(pc.notes[state], note)
+	}
+}
+
+// why says what the workloads not prepared wait for: the waiting ones first, then the unresolvable.
+func (pc *prepareCounts) why() string {
+	return strings.Join(append(append([]string{}, pc.notes[metrics.PreparedWaiting]...), pc.notes[metrics.PreparedUnresolvable]...), "; ")
+}
+
+// addPreparedSurges counts the pool's Prepared Surges (those its workloads no longer block with) and
+// sorts the notes.
+func (c *Controller) addPreparedSurges(pc *prepareCounts, pool string) {
+	for _, s := range c.surges.List() {
+		if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared && s.Spec.Pool == pool && s.PhaseOf() != v1alpha1.PhaseFailed {
+			pc.add(preparedState(s), "", s.Name)
+		}
+	}
+	for _, notes := range pc.notes {
+		sort.Strings(notes)
 	}
 }
 
@@ -186,12 +212,7 @@ func (c *Controller) applyPrepare(ctx context.Context, pool string, nodes []*nod
 			counts.add(state, note, surgeNameOf(d, &nodes[i].wave.Stalls[j], starts[[2]int{i, j}]))
 		}
 	}
-	for _, s := range c.surges.List() {
-		if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared && s.Spec.Pool == pool && s.PhaseOf() != v1alpha1.PhaseFailed {
-			counts.add(preparedState(s), "", s.Name)
-		}
-	}
-	sort.Strings(counts.notes)
+	c.addPreparedSurges(&counts, pool)
 	return counts, firstErr
 }
 
@@ -206,14 +227,15 @@ func surgeNameOf(d guardian.Decision, st *guardian.Stall, start *surgeStart) str
 	return ""
 }
 
-// applyPrepared carries out one workload's prepare decision and says in which state it is.
+// applyPrepared carries out one workload's prepare decision and says in which state it is
+// (preparedOf), or that its surge could not be started.
 func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j int, d guardian.Decision, start *surgeStart) (string, string, error) {
 	st := &obs.wave.Stalls[j]
-	what := fmt.Sprintf("%s %s/%s on %s", d.Regarding.Kind, d.Regarding.Namespace, d.Regarding.Name, obs.node.Name)
+	state, note := preparedOf(obs.node.Name, st, d)
 	switch d.Outcome {
 	case guardian.OutcomeSurge:
 		if start.err != nil && !apierrors.IsAlreadyExists(start.err) && !errors.Is(start.err, errDryRun) {
-			return metrics.PreparedWaiting, what + ": creating its Surge failed", start.err
+			return metrics.PreparedWaiting, prepareSubject(obs.node.Name, d) + ": creating its Surge failed", start.err
 		}
 		if start.err == nil {
 			c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
@@ -221,32 +243,77 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 				describeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
 			c.enqueueSurge(start.surge)
 		}
-		return metrics.PreparedStarting, "", nil
 	case guardian.OutcomeCovered:
 		c.enqueueSurge(d.Existing)
-		if state := preparedState(d.Existing); state == metrics.PreparedWaiting {
-			return state, what + ": its Surge is being restored", nil
-		}
-		return preparedState(d.Existing), "", nil
 	case guardian.OutcomeCleanup:
 		c.enqueueSurge(d.Existing)
-		return metrics.PreparedWaiting, what + ": " + d.Detail, c.exec.deleteSurge(ctx, d.Existing)
-	case guardian.OutcomeUnresolvable:
-		return metrics.PreparedUnresolvable, fmt.Sprintf("%s: %s: %s", what, d.Reason, d.Detail), nil
+		return state, note, c.exec.deleteSurge(ctx, d.Existing)
+	case guardian.OutcomeDefer:
+		if d.Reason == guardian.StallUnknown {
+			return state, note, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)
+		}
 	}
-	if d.Reason == guardian.StallPrepareQueued {
+	return state, note, nil
+}
+
+// preparedOf is the state a prepare decision leaves a workload in, with why when it is not prepared:
+// the one answer of the daemon's Events and metric and of `check`.
+func preparedOf(node string, st *guardian.Stall, d guardian.Decision) (string, string) {
+	what := prepareSubject(node, d)
+	switch d.Outcome {
+	case guardian.OutcomeSurge:
+		return metrics.PreparedStarting, ""
+	case guardian.OutcomeCovered:
+		if state := preparedState(d.Existing); state != metrics.PreparedWaiting {
+			return state, ""
+		}
+		return metrics.PreparedWaiting, what + ": its Surge is being restored"
+	case guardian.OutcomeCleanup:
+		return metrics.PreparedWaiting, what + ": " + d.Detail
+	case guardian.OutcomeUnresolvable:
+		return metrics.PreparedUnresolvable, fmt.Sprintf("%s: %s: %s", what, d.Reason, d.Detail)
+	}
+	switch {
+	case d.Reason == guardian.StallPrepareQueued:
 		// Queued behind surges in flight: it starts by itself, so the pool is still preparing, not
 		// waiting for something to change (what an admin about to unpause needs to tell apart).
-		return metrics.PreparedStarting, "", nil
-	}
-	if d.Reason == guardian.StallPDBStatusBehind && st.Existing != nil {
+		return metrics.PreparedStarting, ""
+	case d.Reason == guardian.StallPDBStatusBehind && st.Existing != nil:
 		// The replacement just turned Ready and the PDB's status has not counted it yet.
-		return preparedState(st.Existing), "", nil
+		return preparedState(st.Existing), ""
 	}
-	if d.Reason == guardian.StallUnknown {
-		return metrics.PreparedWaiting, what + ": " + d.Detail, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)
+	return metrics.PreparedWaiting, what + ": " + d.Detail
+}
+
+// prepareSubject names the workload of a prepare decision and the node it would stall.
+func prepareSubject(node string, d guardian.Decision) string {
+	return fmt.Sprintf("%s %s/%s on %s", d.Regarding.Kind, d.Regarding.Namespace, d.Regarding.Name, node)
+}
+
+// predictPrepare counts the pool's workloads by the state syncPool would leave them in now, deciding
+// as it does but writing nothing: what `check` prints under a pool being prepared.
+func (c *Controller) predictPrepare(pool *mcfgv1.MachineConfigPool, capacityWanted bool) (prepareCounts, error) {
+	var counts prepareCounts
+	config := guardian.PendingConfig(pool)
+	if config == "" {
+		return counts, nil
 	}
-	return metrics.PreparedWaiting, what + ": " + d.Detail, nil
+	nodes, err := c.observePrepare(pool, config)
+	if err != nil {
+		return counts, err
+	}
+	for i, nd := range guardian.DecidePrepare(c.stallConfig(), c.prepareInput(config, nodes, capacityWanted)) {
+		for j, d := range nd.Decisions {
+			if d.SameAs >= 0 || d.Outcome == guardian.OutcomeIgnore {
+				continue
+			}
+			st := &nodes[i].wave.Stalls[j]
+			state, note := preparedOf(nodes[i].node.Name, st, d)
+			counts.add(state, note, surgeNameOf(d, st, nil))
+		}
+	}
+	c.addPreparedSurges(&counts, pool.Name)
+	return counts, nil
 }
 
 // reportPrepared records the pool's readiness Event: PoolPrepared once every workload that would
@@ -270,13 +337,13 @@ func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config strin
 	if pc.byState[metrics.PreparedStarting] == 0 {
 		c.reportPrepare(pool, eventType, ReasonPoolPartlyPrepared,
 			"Pool %s is prepared for %s as far as it can be now: %d of %d workloads that would stall its update prepared, %d waiting, %d unresolvable: %s",
-			pool.Name, config, ready, total, pc.byState[metrics.PreparedWaiting], pc.byState[metrics.PreparedUnresolvable], strings.Join(pc.notes, "; "))
+			pool.Name, config, ready, total, pc.byState[metrics.PreparedWaiting], pc.byState[metrics.PreparedUnresolvable], pc.why())
 		return
 	}
 	c.reportPrepare(pool, eventType, ReasonPoolPreparing,
 		"Pool %s prepares for %s: %d of %d workloads that would stall its update prepared, %d preparing, %d waiting, %d unresolvable: %s",
 		pool.Name, config, ready, total, pc.byState[metrics.PreparedStarting], pc.byState[metrics.PreparedWaiting],
-		pc.byState[metrics.PreparedUnresolvable], strings.Join(pc.notes, "; "))
+		pc.byState[metrics.PreparedUnresolvable], pc.why())
 }
 
 // reportPrepare records an Event on the pool when its note differs from the last one recorded.

@@ -140,6 +140,7 @@ func TestPrepareQueuedForASlotCountsAsPreparing(t *testing.T) {
 	if h.prepared(metrics.PreparedStarting) != 2 || h.prepared(metrics.PreparedWaiting) != 0 {
 		t.Fatalf("prepared_workloads: preparing %v waiting %v, want 2 and 0", h.prepared(metrics.PreparedStarting), h.prepared(metrics.PreparedWaiting))
 	}
+	requireCheckAgrees(t, h)
 	h.settle(depSurge)
 	h.readyReplacement()
 	h.settle(depSurge)
@@ -196,6 +197,10 @@ func TestPrepareYieldsToAStallWaitingForCapacity(t *testing.T) {
 	if h.prepared(metrics.PreparedWaiting) != 1 {
 		t.Fatalf("prepared_workloads{waiting} = %v, want 1", h.prepared(metrics.PreparedWaiting))
 	}
+	if pr := requireCheckAgrees(t, h); len(pr.Waiting) != 1 || !strings.Contains(pr.Waiting[0], "Deployment models/model on w1: ") ||
+		!strings.Contains(pr.Waiting[0], "a stall waits for capacity") {
+		t.Errorf("check's waiting workloads: %q", pr.Waiting)
+	}
 }
 
 // A guardian restarted after creating a prepared Surge (before writing its fields) makes no second
@@ -217,24 +222,42 @@ func TestPrepareAfterRestartFinishesTheSurgeMade(t *testing.T) {
 	}
 }
 
+// checkPrepare is what `check` says of the worker pool being prepared.
+func (h *harness) checkPrepare() *check.Prepare {
+	h.t.Helper()
+	r, err := h.c.Predict(PredictOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, p := range r.Pools {
+		if p.Name == "worker" {
+			return p.Prepare
+		}
+	}
+	h.t.Fatal("no worker pool in the report")
+	return nil
+}
+
+// requireCheckAgrees fails unless `check` counts the pool's workloads as the guardian's gauge does.
+func requireCheckAgrees(t *testing.T, h *harness) *check.Prepare {
+	t.Helper()
+	pr := h.checkPrepare()
+	got := map[string]int{metrics.PreparedReady: pr.Prepared, metrics.PreparedStarting: pr.Preparing,
+		metrics.PreparedWaiting: len(pr.Waiting), metrics.PreparedUnresolvable: len(pr.Unresolvable)}
+	for state, n := range got {
+		if want := h.prepared(state); float64(n) != want {
+			t.Errorf("check: %d %s, prepared_workloads{state=%q} = %v", n, state, state, want)
+		}
+	}
+	return pr
+}
+
 // check says per pool being prepared how many workloads are prepared and which still wait.
 func TestCheckReportsPrepare(t *testing.T) {
 	h := newHarness(t, nil, preparedPool()...)
-	prepareOf := func() *check.Prepare {
-		t.Helper()
-		r, err := h.c.Predict(PredictOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range r.Pools {
-			if p.Name == "worker" {
-				return p.Prepare
-			}
-		}
-		t.Fatal("no worker pool in the report")
-		return nil
-	}
-	if pr := prepareOf(); pr == nil || pr.Prepared != 0 || len(pr.Waiting) != 1 || !strings.HasPrefix(pr.Waiting[0], "models/model-abc-a on w1: resolvable") {
+	prepareOf := h.checkPrepare
+	// The guardian's next sync surges it: check says preparing, as the daemon's Event will.
+	if pr := prepareOf(); pr == nil || pr.Prepared != 0 || pr.Preparing != 1 || len(pr.Waiting) != 0 {
 		t.Fatalf("before the guardian prepared anything: %+v", pr)
 	}
 	h.syncPool()
