@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -321,7 +322,7 @@ func (c *Controller) Ready() bool { return c.ready.Load() }
 // leading, after Start returned.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
-	c.takeOver(ctx)
+	c.takeOver()
 	c.gauges.setLeading(true)
 	defer c.gauges.setLeading(false)
 	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
@@ -345,12 +346,12 @@ func (c *Controller) Run(ctx context.Context) {
 
 // takeOver is what a new leader does before its workers start. Every node and every Surge is
 // looked at once: this resumes or restores the surges a previous leader left. And every cached Surge
-// is verified first: a Surge counts (its slot, the capacity its replacements take) only once this
-// process has verified it, so a node synced before the Surges would find their GPUs free and surge
-// a second workload onto capacity a surge in flight already holds.
-func (c *Controller) takeOver(ctx context.Context) {
+// is verified first (verify writes nothing; the syncs act): a Surge counts (its slot, the capacity
+// its replacements take) only once this process has verified it, so a node synced before the Surges
+// would find their GPUs free and surge a second workload onto capacity a surge in flight holds.
+func (c *Controller) takeOver() {
 	for _, s := range c.surges.List() {
-		if _, _, err := c.verify(ctx, s); err != nil {
+		if _, _, err := c.verify(s); err != nil && !errors.Is(err, errTargetGone) {
 			c.log.Info("cannot verify a Surge yet; its sync retries", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
 		}
 	}

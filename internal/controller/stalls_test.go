@@ -129,10 +129,32 @@ func TestNewLeaderCountsTheSurgesItFindsBeforeSyncingNodes(t *testing.T) {
 	}
 
 	next := restart(t, nil, h.kube, h.mco, h.dyn)
-	next.c.takeOver(context.Background())
+	next.c.takeOver()
 	next.syncNode("g1")
 	if s := next.surge("deployment-other"); s != nil {
 		t.Fatal("the new leader surged onto the GPU the previous leader's surge holds")
 	}
 	requireEvent(t, next.events(), corev1.EventTypeWarning, ReasonNoCapacity, "node g1", "missing 1 nvidia.com/gpu")
+}
+
+// A new leader's verification writes nothing: a Surge whose workload was deleted is dropped, and
+// reported, once, by its sync, not also while the leader takes over (when the cache still shows the
+// Surge to the sync that follows).
+func TestNewLeaderVerifiesWithoutWriting(t *testing.T) {
+	h := newHarness(t, nil, stalled()...)
+	h.surgeNode("w1", depSurge)
+	if err := h.kube.AppsV1().Deployments(ns).Delete(context.Background(), "model", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := restart(t, nil, h.kube, h.mco, h.dyn)
+	h.kube.ClearActions()
+	h.dyn.ClearActions()
+	next.c.takeOver()
+	if w := next.writes(); len(w) != 0 {
+		t.Fatalf("taking over wrote %v", w)
+	}
+	next.syncSurge(depSurge)
+	if v := testutil.ToFloat64(next.metrics.StallsFailed.WithLabelValues("worker", "Deployment", "WorkloadDeleted")); v != 1 {
+		t.Fatalf("stalls_failed_total{WorkloadDeleted} = %v, want 1", v)
+	}
 }

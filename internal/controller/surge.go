@@ -57,7 +57,10 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 	if err != nil {
 		return 0, err
 	}
-	sc, retry, err := c.verify(ctx, s)
+	sc, retry, err := c.verify(s)
+	if errors.Is(err, errTargetGone) {
+		return 0, c.targetGone(ctx, s)
+	}
 	if sc == nil {
 		return retry, err
 	}
@@ -82,8 +85,9 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 // target exists with the recorded UID, the pod owner is controlled by the target (the same owner
 // chain the guardian resolves for a blocked pod), and every field path is one the guardian's code
 // writes for that kind. A Surge that fails a check is reported once and left alone. A nil case with
-// no error means "look again later" (retry) or "nothing to do".
-func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase, time.Duration, error) {
+// no error means "look again later" (retry) or "nothing to do". It writes nothing: a Surge whose
+// target is gone is errTargetGone, which its sync acts on.
+func (c *Controller) verify(s *v1alpha1.Surge) (*surgeCase, time.Duration, error) {
 	t := targetOf(s)
 	reject := func(reason, format string, args ...any) (*surgeCase, time.Duration, error) {
 		c.rejectSurge(s, reason, fmt.Sprintf(format, args...))
@@ -106,7 +110,7 @@ func (c *Controller) verify(ctx context.Context, s *v1alpha1.Surge) (*surgeCase,
 		c.log.Info("target API not available yet; keeping the Surge", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
 		return nil, notServedRetry, nil
 	case apierrors.IsNotFound(err):
-		return nil, 0, c.targetGone(ctx, s)
+		return nil, 0, errTargetGone
 	case err != nil:
 		return nil, 0, fmt.Errorf("reading %s: %w", t.Ref, err)
 	}
@@ -167,6 +171,9 @@ func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
 			s.Namespace, s.Name, reason, detail)
 	}
 }
+
+// errTargetGone: verify found the Surge's target deleted, its API served and synced (see targetGone).
+var errTargetGone = errors.New("the Surge's target is gone")
 
 // targetGone handles a Surge whose target was deleted (its API served and synced): the garbage
 // collector removes the Surge with its owner; delete it now and say so.
