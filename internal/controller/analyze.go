@@ -22,9 +22,13 @@ type PredictOptions struct {
 }
 
 // Predict reads the listers once and predicts, pool by pool, which pods would block the next
-// drains and what the guardian would do about each (see package check). It writes nothing and
-// records no Event, so `drain-guardian check` can call it after Start without Run.
+// drains and what the guardian would do about each (see package check). It writes nothing, so
+// `drain-guardian check` can call it after Start without Run. It verifies the cached Surges first, as
+// a new leader does: a one-off check has verified none, and the capacity their replacements hold
+// would otherwise look free. (A Surge it rejects is reported as the daemon would; check's recorder
+// has no sink.)
 func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
+	c.verifySurges()
 	cl, err := c.snapshot()
 	if err != nil {
 		return nil, err

@@ -346,16 +346,23 @@ func (c *Controller) Run(ctx context.Context) {
 
 // takeOver is what a new leader does before its workers start. Every node and every Surge is
 // looked at once: this resumes or restores the surges a previous leader left. And every cached Surge
-// is verified first (verify writes nothing; the syncs act): a Surge counts (its slot, the capacity
-// its replacements take) only once this process has verified it, so a node synced before the Surges
-// would find their GPUs free and surge a second workload onto capacity a surge in flight holds.
+// is verified first (see verifySurges), so that no node sync finds the capacity of a surge in
+// flight free.
 func (c *Controller) takeOver() {
+	c.verifySurges()
+	c.enqueueAll()
+}
+
+// verifySurges verifies every cached Surge; verify writes nothing (the syncs act). A Surge counts
+// (its slot, the capacity its replacements take) only once this process has verified it: a node
+// synced, or a prediction made, before the Surges would find their GPUs free and surge a second
+// workload onto capacity a surge in flight holds.
+func (c *Controller) verifySurges() {
 	for _, s := range c.surges.List() {
 		if _, _, err := c.verify(s); err != nil && !errors.Is(err, errTargetGone) {
 			c.log.Info("cannot verify a Surge yet; its sync retries", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
 		}
 	}
-	c.enqueueAll()
 }
 
 func (c *Controller) worker(ctx context.Context) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
@@ -135,6 +136,37 @@ func TestNewLeaderCountsTheSurgesItFindsBeforeSyncingNodes(t *testing.T) {
 		t.Fatal("the new leader surged onto the GPU the previous leader's surge holds")
 	}
 	requireEvent(t, next.events(), corev1.EventTypeWarning, ReasonNoCapacity, "node g1", "missing 1 nvidia.com/gpu")
+}
+
+// A one-off check, a process that has verified no Surge, predicts what the daemon does: the Surge
+// in flight holds the one free GPU, so the other pool's stall finds no capacity, as the leader's
+// sync above decides. (check booked nothing for Surges it had not verified and said the stall would
+// be surged onto that GPU.)
+func TestCheckCountsTheSurgesInFlight(t *testing.T) {
+	h := newHarness(t, nil, competingForOneGPU()...)
+	h.surgeNode("w1", depSurge)
+
+	oneOff := restart(t, nil, h.kube, h.mco, h.dyn)
+	h.kube.ClearActions()
+	h.dyn.ClearActions()
+	r, err := oneOff.c.Predict(PredictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := oneOff.writes(); len(w) != 0 {
+		t.Fatalf("check wrote %v", w)
+	}
+	var got []check.Block
+	for _, p := range r.Pools {
+		for _, n := range p.Nodes {
+			if n.Name == "g1" {
+				got = n.Blocks
+			}
+		}
+	}
+	if len(got) != 1 || got[0].Verdict != check.NoCapacity || !strings.Contains(got[0].Detail, "nvidia.com/gpu") {
+		t.Fatalf("check on g1: %+v, want one block with verdict %s missing nvidia.com/gpu", got, check.NoCapacity)
+	}
 }
 
 // A new leader's verification writes nothing: a Surge whose workload was deleted is dropped, and
