@@ -94,6 +94,8 @@ type Controller struct {
 	// draFactory and dra are nil when the cluster does not serve resource.k8s.io/v1 (see watchDevices).
 	draFactory informers.SharedInformerFactory
 	dra        *dra.Listers
+	// inventory is the device count of the DRA caches, rebuilt when they change (see devices).
+	inventory dra.InventoryCache
 
 	nodes      corelisters.NodeLister
 	pods       podinfo.Lister

@@ -82,7 +82,7 @@ func (c *Controller) devices() *blocking.Devices {
 	if c.dra == nil {
 		return nil
 	}
-	inv, err := c.dra.Inventory()
+	inv, err := c.inventory.Inventory(*c.dra)
 	if err != nil {
 		c.log.Info("listing the DRA caches failed: devices are not counted", zap.Error(err))
 		return nil

@@ -308,3 +308,11 @@ func (inv *Inventory) Clone() *Inventory {
 	c.taken = append([]bool(nil), inv.taken...)
 	return &c
 }
+
+// Fork is Clone for another goroutine: it shares only what neither writes (the devices, the
+// classes), so inv and its forks may be used concurrently; the fork's selector verdicts start over.
+func (inv *Inventory) Fork() *Inventory {
+	c := inv.Clone()
+	c.matcher = newMatcher()
+	return c
+}

@@ -1,6 +1,8 @@
 package dra
 
 import (
+	"sort"
+	"strings"
 	"unique"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -37,15 +39,17 @@ func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 // SlimSlice keeps the driver, the pool, where the devices are reachable and, per device, its name,
 // attributes and capacity (what CEL selectors read), where it is reachable, and the fields that make
 // the count unsure of it (taints, counters, multiple allocations, binding conditions) reduced to
-// their presence: the pool's shared counters are dropped.
+// their presence: the pool's shared counters are dropped. Devices of the slice with the same
+// capacities share one map (the cache is read, never written).
 func SlimSlice(s *resourcev1.ResourceSlice) *resourcev1.ResourceSlice {
 	out := &resourcev1.ResourceSlice{ObjectMeta: slimMeta(s.ObjectMeta), Spec: resourcev1.ResourceSliceSpec{
 		Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName, NodeSelector: s.Spec.NodeSelector,
 		AllNodes: s.Spec.AllNodes, PerDeviceNodeSelection: s.Spec.PerDeviceNodeSelection,
 		Devices: make([]resourcev1.Device, len(s.Spec.Devices)),
 	}}
+	capacities := map[string]map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{}
 	for i, d := range s.Spec.Devices {
-		sd := resourcev1.Device{Name: d.Name, Attributes: internAttributes(d.Attributes), Capacity: d.Capacity,
+		sd := resourcev1.Device{Name: d.Name, Attributes: internAttributes(d.Attributes), Capacity: shareCapacity(capacities, d.Capacity),
 			NodeName: d.NodeName, NodeSelector: d.NodeSelector, AllNodes: d.AllNodes,
 			Taints: d.Taints, AllowMultipleAllocations: d.AllowMultipleAllocations, BindsToNode: d.BindsToNode}
 		if len(d.ConsumesCounters) > 0 {
@@ -77,6 +81,36 @@ func SlimClaim(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
 
 func slimClaimSpec(s resourcev1.ResourceClaimSpec) resourcev1.ResourceClaimSpec {
 	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: s.Devices.Requests, Constraints: s.Devices.Constraints}}
+}
+
+// shareCapacity returns the map of seen equal to capacity, or capacity after adding it: the GPUs of
+// a node mostly have the same memory, and a decoded map costs more than the rest of the device. A
+// map with a request policy (consumable capacity, per device) is kept as it is.
+func shareCapacity(seen map[string]map[resourcev1.QualifiedName]resourcev1.DeviceCapacity, capacity map[resourcev1.QualifiedName]resourcev1.DeviceCapacity) map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
+	if len(capacity) == 0 {
+		return capacity
+	}
+	names := make([]string, 0, len(capacity))
+	for name, c := range capacity {
+		if c.RequestPolicy != nil {
+			return capacity
+		}
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	var key strings.Builder
+	for _, name := range names {
+		key.WriteString(name)
+		key.WriteByte('=')
+		value := capacity[resourcev1.QualifiedName(name)].Value
+		key.WriteString(value.String())
+		key.WriteByte(0)
+	}
+	if shared, ok := seen[key.String()]; ok {
+		return shared
+	}
+	seen[key.String()] = capacity
+	return capacity
 }
 
 // internAttributes copies a device's attributes with their names and string values interned: the

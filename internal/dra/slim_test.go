@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -83,5 +85,35 @@ func TestSlimKeepsWhatTheCountReads(t *testing.T) {
 	}
 	if cl, ok := lean.ExtendedClass("nvidia.com/gpu"); !ok || cl != class.Name {
 		t.Errorf("extended resource name lost: %q %v", cl, ok)
+	}
+}
+
+// The GPUs of a slice with the same capacities share one map in the cache; a device with other
+// capacities, or with a request policy (consumable capacity), keeps its own, and every device reads
+// the capacities it was published with.
+func TestSlimSharesEqualCapacities(t *testing.T) {
+	capacity := func(mem string) map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
+		return map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": {Value: resource.MustParse(mem)}, "cores": {Value: resource.MustParse("132")}}
+	}
+	devs := []resourcev1.Device{gpu("gpu-0", "h100"), gpu("gpu-1", "h100"), gpu("gpu-2", "h100"), gpu("gpu-3", "h100")}
+	devs[0].Capacity, devs[1].Capacity, devs[2].Capacity = capacity("80Gi"), capacity("80Gi"), capacity("40Gi")
+	devs[3].Capacity = capacity("80Gi")
+	devs[3].Capacity["memory"] = resourcev1.DeviceCapacity{Value: resource.MustParse("80Gi"),
+		RequestPolicy: &resourcev1.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("1Gi"))}}
+	full := nodeSlice("gpu-a", 1, devs...)
+	s := SlimSlice(full.DeepCopy())
+	same := func(i, j int) bool {
+		return reflect.ValueOf(s.Spec.Devices[i].Capacity).UnsafePointer() == reflect.ValueOf(s.Spec.Devices[j].Capacity).UnsafePointer()
+	}
+	if !same(0, 1) {
+		t.Error("two GPUs of 80Gi keep a map each")
+	}
+	if same(0, 2) || same(0, 3) {
+		t.Error("a GPU of 40Gi, or one with a request policy, shares the map of the 80Gi GPUs")
+	}
+	for i := range devs {
+		if !apiequality.Semantic.DeepEqual(s.Spec.Devices[i].Capacity, full.Spec.Devices[i].Capacity) {
+			t.Errorf("device %d: capacity %v, published %v", i, s.Spec.Devices[i].Capacity, full.Spec.Devices[i].Capacity)
+		}
 	}
 }
