@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,20 +33,9 @@ func indexer(t *testing.T, objs ...any) cache.Indexer {
 }
 
 func setVersion(obj any, rv string) {
-	var m interface {
-		GetName() string
-		SetUID(types.UID)
-		SetResourceVersion(string)
-	}
-	switch o := obj.(type) {
-	case *resourcev1.ResourceSlice:
-		m = o
-	case *resourcev1.ResourceClaim:
-		m = o
-	case *resourcev1.ResourceClaimTemplate:
-		m = o
-	case *resourcev1.DeviceClass:
-		m = o
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		panic(err)
 	}
 	m.SetUID(types.UID("uid-" + m.GetName()))
 	m.SetResourceVersion(rv)
