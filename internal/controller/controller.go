@@ -16,6 +16,7 @@ import (
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -128,6 +129,8 @@ type Controller struct {
 	preparations preparations
 	// sources reads the drains that do not come from the MCO (see sources.go).
 	sources *sources
+	// answers reads whether an MCO update drains (see mcd.go).
+	answers *mcdAnswers
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -190,6 +193,10 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	c.pods = podinfo.Lister{Indexer: c.podIndexer}
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
+	c.answers = &mcdAnswers{nodes: func() []*corev1.Node {
+		nodes, _ := c.nodes.List(labels.Everything())
+		return nodes
+	}}
 	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL, clock: c.clock}
 	c.store = &workload.Store{
 		ReplicaSets: workload.MetadataIndex{Indexer: rsInf.Informer().GetIndexer(), Resource: appsv1.Resource("replicasets")},
@@ -240,6 +247,9 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 			return nil, err
 		}
 		c.synced = append(c.synced, poolInf.Informer().HasSynced)
+		if err := c.watchMachineConfigNodes(); err != nil {
+			return nil, fmt.Errorf("discovering MachineConfigNodes: %w", err)
+		}
 	} else {
 		log.Warn("MachineConfigPools are not served by this cluster: MCO drain detection is off; only --cordoned-nodes can trigger surges",
 			zap.Bool("cordonedNodes", opts.CordonedNodes))

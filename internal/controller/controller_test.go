@@ -320,6 +320,13 @@ func TestPreemptiveSurgeWhenTheMCOTargetsTheNode(t *testing.T) {
 	}
 
 	h := newHarness(t, nil, objs...)
+	// Until the machine-config daemon says whether the update drains, nothing is surged: most
+	// updates that do not drain (SSH keys, pull secret) would otherwise raise every model.
+	h.syncNode("w1")
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("surged before the daemon said the update drains: %v", w)
+	}
+	h.answer("w1", true)
 	h.surgeNode("w1", depSurge)
 	if h.replicas() != 2 || h.mustSurge(depSurge).Spec.Trigger != "MCOTargeted" {
 		t.Fatalf("pre-emptive surge missing: replicas %d", h.replicas())

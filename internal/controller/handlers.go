@@ -26,6 +26,7 @@ func (c *Controller) onNode(obj any) {
 		return
 	}
 	c.plans.invalidate()
+	c.answers.invalidate()
 	c.enqueueNode(n.Name)
 	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
 	c.enqueuePredicted(n)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,16 +66,17 @@ func newHarnessServing(t *testing.T, mutate func(*options.Options), apis []*meta
 	t.Helper()
 	var kubeObjs, mcoObjs []runtime.Object
 	for _, o := range objs {
-		if _, ok := o.(*mcfgv1.MachineConfigPool); ok {
+		switch o.(type) {
+		case *mcfgv1.MachineConfigPool, *mcfgv1.MachineConfigNode:
 			mcoObjs = append(mcoObjs, o)
-		} else {
+		default:
 			kubeObjs = append(kubeObjs, o)
 		}
 	}
 	kube := fake.NewClientset(kubeObjs...)
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: "machineconfiguration.openshift.io/v1",
-		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}},
+		APIResources: []metav1.APIResource{{Name: "machineconfigpools", Kind: "MachineConfigPool"}, {Name: "machineconfignodes", Kind: "MachineConfigNode"}},
 	}, surgeAPI, medik8sAPI}
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = append(kube.Discovery().(*fakediscovery.FakeDiscovery).Resources, apis...)
 	return restart(t, mutate, kube, mcfgfake.NewClientset(mcoObjs...), newSurgeClient())
@@ -144,6 +146,7 @@ func (h *harness) refresh() {
 	}
 	// The informers' node and pool events clear the predicted plans.
 	h.c.plans.invalidate()
+	h.c.answers.invalidate()
 	nodes, _ := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	fill(f.Core().V1().Nodes().Informer().GetIndexer(), toObjs(nodes.Items))
 	pods, _ := h.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -163,6 +166,8 @@ func (h *harness) refresh() {
 	if h.c.mcoFactory != nil {
 		pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
 		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
+		mcns, _ := h.mco.MachineconfigurationV1().MachineConfigNodes().List(ctx, metav1.ListOptions{})
+		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigNodes().Informer().GetIndexer(), toObjs(mcns.Items))
 	}
 	if r := h.c.draFactory; r != nil {
 		transform = dra.Slim
@@ -375,6 +380,30 @@ func draining(n *corev1.Node) *corev1.Node {
 	n.Annotations[mco.LastAppliedDrainAnnotation] = "uncordon-rendered-1"
 	n.Spec.Unschedulable = true
 	return n
+}
+
+// mcdAnswer is the node's MachineConfigNode as the machine-config daemon writes it once it has
+// decided whether the update to rendered-2 drains.
+func mcdAnswer(node string, drain bool) *mcfgv1.MachineConfigNode {
+	return &mcfgv1.MachineConfigNode{
+		ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: "1"},
+		Status: mcfgv1.MachineConfigNodeStatus{
+			ConfigVersion: &mcfgv1.MachineConfigNodeStatusMachineConfigVersion{Current: "rendered-1", Desired: "rendered-2"},
+			Conditions: []metav1.Condition{{
+				Type: string(mcfgv1.MachineConfigNodeUpdatePrepared), Status: metav1.ConditionTrue, Reason: "UpdatePrepared",
+				Message: fmt.Sprintf("Update Compatible. Post Cfg Actions: [] Drain Required: %t", drain),
+			}},
+		},
+	}
+}
+
+// answer records the daemon's answer for the node's update, as an MCN event would.
+func (h *harness) answer(node string, drain bool) {
+	h.t.Helper()
+	if _, err := h.mco.MachineconfigurationV1().MachineConfigNodes().Create(context.Background(), mcdAnswer(node, drain), metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.refresh()
 }
 
 func workerPool(updating bool) *mcfgv1.MachineConfigPool {

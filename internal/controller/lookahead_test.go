@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
 
@@ -192,5 +193,33 @@ func TestLookaheadKeepsTheLastSurgeSlotForAStall(t *testing.T) {
 	h.syncNode("w2")
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("look-ahead took the only surge slot: %v", w)
+	}
+}
+
+// An update the machine-config daemon applies without a drain (SSH keys, the pull secret, a file
+// whose node disruption policy is None) raises nothing: neither the targeted node's model nor, on
+// the same update, the next node's. The same nodes on an update that drains are served, the next
+// one ahead of its turn.
+func TestUpdateWithoutDrainSurgesNothing(t *testing.T) {
+	for _, on := range []string{"w1", "w2"} {
+		targeted := gpuNode("w1")
+		targeted.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
+		objs := []runtime.Object{namespace(ns), targeted, gpuNode("w2"), updatedGPUNode("w3"), workerPool(true), pdb(0, 1, 1)}
+		objs = append(objs, model(1, on)...)
+
+		h := newHarness(t, nil, append(objs, mcdAnswer("w1", false))...)
+		h.syncNode(on)
+		if w := h.writes(); len(w) != 0 {
+			t.Fatalf("model on %s: an update that does not drain made writes: %v", on, w)
+		}
+		if n := len(h.events()); n != 0 {
+			t.Fatalf("model on %s: an update that does not drain recorded %d Events: %v", on, n, h.events())
+		}
+
+		h = newHarness(t, nil, append(objs, mcdAnswer("w1", true))...)
+		h.surgeNode(on, depSurge)
+		if h.replicas() != 2 {
+			t.Fatalf("model on %s: the same update draining: replicas %d, want 2", on, h.replicas())
+		}
 	}
 }

@@ -233,7 +233,7 @@ func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, p
 	if n.Spec.Unschedulable {
 		seen = c.cordons.firstSeen(n.Name, now)
 	}
-	return guardian.NodeTrigger(c.cfg, n, pool, predicted, now, seen)
+	return guardian.NodeTrigger(c.cfg, n, pool, predicted, c.answers.need(n, pool).Need, now, seen)
 }
 
 // countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes

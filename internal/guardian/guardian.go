@@ -92,14 +92,21 @@ const unschedulableTaint = "node.kubernetes.io/unschedulable"
 
 // NodeTrigger decides whether node is being, or is about to be, drained. pool is the node's
 // MachineConfigPool (nil when it has none); predicted says the node is among the next --lookahead
-// nodes the MCO will target (see mco.PredictTargets); cordonSeen is when this process first saw the
-// node cordoned, used when the unschedulable taint carries no time.
-func NodeTrigger(cfg Config, node *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now, cordonSeen time.Time) NodeDrain {
+// nodes the MCO will target (see mco.PredictTargets); need is what is known of whether the node's
+// MCO update drains it (mco.NodeAnswer, or the answer of another node on the same update);
+// cordonSeen is when this process first saw the node cordoned, used when the unschedulable taint
+// carries no time.
+//
+// A drain under way is acted on whatever need says. A targeted or predicted node is acted on only
+// once its update is known to drain: an update the machine-config daemon applies without a drain
+// (SSH keys, pull secret, a policy's None, …) must cost no surge, and the daemon says which it is
+// within about a second of the targeting, before any drain could start.
+func NodeTrigger(cfg Config, node *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, need mco.Need, now, cordonSeen time.Time) NodeDrain {
 	s := mco.ReadNode(node)
 	if s.Draining() {
 		return NodeDrain{Trigger: TriggerMCODrain, Drain: strings.TrimPrefix(s.DesiredDrain, "drain-")}
 	}
-	updating := pool != nil && mco.PoolUpdating(pool)
+	updating := pool != nil && mco.PoolUpdating(pool) && need == mco.NeedDrain
 	if cfg.Preemptive && s.Targeted() && updating {
 		return NodeDrain{Trigger: TriggerMCOTargeted, Drain: s.DesiredConfig}
 	}

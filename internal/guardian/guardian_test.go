@@ -37,13 +37,13 @@ func TestNodeTriggerDrainIsStableAcrossOneUpdate(t *testing.T) {
 		"rebooting": withDrain(targetedNode(), "drain-rendered-b", "drain-rendered-b"),
 	}
 	for name, n := range stages {
-		got := NodeTrigger(cfg, n, pool, false, now, time.Time{})
+		got := NodeTrigger(cfg, n, pool, false, mco.NeedDrain, now, time.Time{})
 		if got.Drain != "rendered-b" {
 			t.Errorf("%s: NodeTrigger().Drain = %q, want rendered-b", name, got.Drain)
 		}
 	}
 	// A node updated and uncordoned is under no drain any more.
-	if got := NodeTrigger(cfg, updatedNode(), pool, false, now, time.Time{}); got.Drain != "" || got.Trigger != "" {
+	if got := NodeTrigger(cfg, updatedNode(), pool, false, mco.NeedDrain, now, time.Time{}); got.Drain != "" || got.Trigger != "" {
 		t.Errorf("updated node: NodeTrigger() = %+v, want no drain", got)
 	}
 }
@@ -57,7 +57,11 @@ func TestNodeTrigger(t *testing.T) {
 		pool       *mcfgv1.MachineConfigPool
 		cordonSeen time.Time
 		predicted  bool
-		want       NodeDrain
+		// need is what is known of the node's update; the zero value stands for mco.NeedDrain
+		// unless unknown is set.
+		need    mco.Need
+		unknown bool
+		want    NodeDrain
 	}{
 		{
 			name: "MCO draining",
@@ -183,6 +187,33 @@ func TestNodeTrigger(t *testing.T) {
 			want: NodeDrain{Trigger: TriggerMCOPredicted, Drain: "rendered-b"},
 		},
 		{
+			name: "targeted for an update that does not drain",
+			node: targetedNode(), pool: updatingPool(), need: mco.NeedNoDrain,
+			want: NodeDrain{},
+		},
+		{
+			name: "targeted, the machine-config daemon has not answered yet",
+			node: targetedNode(), pool: updatingPool(), unknown: true,
+			want: NodeDrain{},
+		},
+		{
+			name: "predicted for an update that does not drain",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: updatedNode(), pool: updatingPool(), predicted: true, need: mco.NeedNoDrain,
+			want: NodeDrain{},
+		},
+		{
+			name: "predicted, nothing known of the update yet",
+			cfg:  func(c *Config) { c.Lookahead = 1 },
+			node: updatedNode(), pool: updatingPool(), predicted: true, unknown: true,
+			want: NodeDrain{},
+		},
+		{
+			name: "draining whatever the answer said",
+			node: drainingNode(), pool: updatingPool(), need: mco.NeedNoDrain,
+			want: NodeDrain{Trigger: TriggerMCODrain, Drain: "rendered-b"},
+		},
+		{
 			name: "schedulable node with cordoned nodes watched",
 			cfg:  func(c *Config) { c.CordonedNodes = true },
 			node: updatedNode(),
@@ -195,7 +226,11 @@ func TestNodeTrigger(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
 			}
-			if got := NodeTrigger(cfg, tt.node, tt.pool, tt.predicted, now, tt.cordonSeen); got != tt.want {
+			need := tt.need
+			if need == mco.NeedUnknown && !tt.unknown {
+				need = mco.NeedDrain
+			}
+			if got := NodeTrigger(cfg, tt.node, tt.pool, tt.predicted, need, now, tt.cordonSeen); got != tt.want {
 				t.Errorf("NodeTrigger() = %+v, want %+v", got, tt.want)
 			}
 		})

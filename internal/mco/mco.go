@@ -30,7 +30,8 @@ const (
 	// StateDone is the daemon state of a node that runs its desired config.
 	StateDone = "Done"
 
-	drainPrefix = "drain-"
+	drainPrefix    = "drain-"
+	uncordonPrefix = "uncordon-"
 
 	// WorkerPool and MasterPool are the two pools every OpenShift cluster has.
 	WorkerPool = "worker"

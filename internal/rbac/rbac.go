@@ -33,7 +33,7 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: readOnly},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: readPatch},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readPatch},
-		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools", "machineconfignodes"}, Verbs: readOnly},
 		// Dynamic Resource Allocation: the devices a replacement can be given (read only when served).
 		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
 		// The other drains of a node, read only (package trigger): the GPU Operator's ClusterPolicy for
@@ -73,7 +73,7 @@ func CheckRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: readOnly},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "deployments", "statefulsets"}, Verbs: readOnly},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
-		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools"}, Verbs: readOnly},
+		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigpools", "machineconfignodes"}, Verbs: readOnly},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: draResources, Verbs: readOnly},
 		// The stalls a driver upgrade would meet (the ClusterPolicy's upgrade policy); check runs the
 		// daemon's informers, NodeMaintenances included.
