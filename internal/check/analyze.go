@@ -41,6 +41,9 @@ type Cluster struct {
 	Surge func(*workload.Target) *v1alpha1.Surge
 	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
 	Devices *blocking.Devices
+	// DrainNeed answers whether a node's pending MCO update drains it (the daemon's MCD answers,
+	// see mco.NodeAnswer); nil answers "unknown" for every node.
+	DrainNeed func(*corev1.Node, *mcfgv1.MachineConfigPool) mco.Answer
 	// GPUUpgrade is the GPU Operator's driver upgrade policy (trigger.ActiveUpgradePolicy); nil when
 	// driver upgrades are not followed (--gpu-driver-upgrades=false).
 	GPUUpgrade *trigger.UpgradePolicy
@@ -98,8 +101,17 @@ func (a *analysis) mcoPools() []Pool {
 	byPool := mco.PoolsByNode(pools, cl.Nodes)
 	for _, p := range pools {
 		plan, drain := predict(p, mco.NodesInPool(p, pools, cl.Nodes))
+		ans, pending := a.poolDrains(p, plan)
+		if pending && ans.Need == mco.NeedNoDrain {
+			out = append(out, Pool{Name: p.Name, MaxUnavailable: plan.MaxUnavailable, Nodes: []Node{}, Drain: ans.Need.String(), DrainReason: ans.String()})
+			continue
+		}
 		selected := cfg.PoolSelector == nil || cfg.PoolSelector.Matches(labels.Set(p.Labels))
-		out = append(out, a.pool(p.Name, selected, drain, plan.MaxUnavailable, plan.Order(), stages(plan)))
+		pool := a.pool(p.Name, selected, drain, plan.MaxUnavailable, plan.Order(), stages(plan))
+		if pending {
+			pool.Drain, pool.DrainReason = ans.Need.String(), ans.String()
+		}
+		out = append(out, pool)
 	}
 	var orphans []*corev1.Node
 	for _, n := range cl.Nodes {
@@ -125,6 +137,19 @@ func predict(p *mcfgv1.MachineConfigPool, members []*corev1.Node) (mco.Plan, str
 	next.Spec.Configuration.Name = nextConfig
 	return mco.PredictTargets(next, members), nextConfig
 }
+
+// poolDrains is whether the pool's pending update drains (mco.PoolAnswer), and whether it has
+// one pending: a pool with nothing pending is predicted for a next update nobody knows yet.
+func (a *analysis) poolDrains(p *mcfgv1.MachineConfigPool, plan mco.Plan) (mco.Answer, bool) {
+	if len(plan.Order()) == 0 {
+		return mco.Answer{}, false
+	}
+	if a.cl.DrainNeed == nil {
+		return mco.Answer{Reason: "the machine-config daemon's answers are not read"}, true
+	}
+	return mco.PoolAnswer(p, plan.Order(), a.cl.DrainNeed), true
+}
+
 
 func stages(p mco.Plan) map[string]string {
 	out := map[string]string{}

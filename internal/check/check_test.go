@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -362,5 +364,48 @@ func TestRenderRejectsUnknownFormat(t *testing.T) {
 	err := Render(&bytes.Buffer{}, &Report{}, "xml")
 	if err == nil || !strings.Contains(err.Error(), "table, json, yaml") {
 		t.Errorf("error %v, want it to list the formats", err)
+	}
+}
+
+// A pool whose pending update the machine-config daemon applies without a drain stalls nothing:
+// check says so instead of predicting the stalls; an update known to drain, or not known at all,
+// is predicted as before and says which it is.
+func TestPendingUpdateDrainAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		need       mco.Need
+		wantDrain  string
+		wantBlocks int
+	}{
+		{"no-drain", mco.NeedNoDrain, "no-drain", 0},
+		{"drain", mco.NeedDrain, "drain", len(verdicts(Analyze(mixed(t).build(), Config{})))},
+		{"unknown", mco.NeedUnknown, "drain-unknown", len(verdicts(Analyze(mixed(t).build(), Config{})))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := mixed(t).build()
+			cl.DrainNeed = func(*corev1.Node, *mcfgv1.MachineConfigPool) mco.Answer {
+				return mco.Answer{Need: tc.need, Source: "MachineConfigNode cpu-a", Reason: "Drain Required: …"}
+			}
+			r := Analyze(cl, Config{})
+			var worker *Pool
+			for i := range r.Pools {
+				if r.Pools[i].Name == "worker" {
+					worker = &r.Pools[i]
+				}
+			}
+			if worker == nil || worker.Drain != tc.wantDrain || !strings.HasPrefix(worker.DrainReason, "MachineConfigNode cpu-a: ") {
+				t.Fatalf("worker pool %+v, want drain %q with the answer's source", worker, tc.wantDrain)
+			}
+			if got := len(verdicts(r)); got != tc.wantBlocks {
+				t.Errorf("%d blocks predicted, want %d", got, tc.wantBlocks)
+			}
+			var out strings.Builder
+			if err := Render(&out, r, "table"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.need == mco.NeedNoDrain && !strings.Contains(out.String(), "POOL worker: no-drain: its update is applied without cordon or drain (MachineConfigNode cpu-a") {
+				t.Errorf("table does not say no-drain:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/drain-guardian/drain-guardian/internal/mco"
 )
 
 // Formats are the output formats of Render.
@@ -53,6 +55,9 @@ func renderTable(w io.Writer, r *Report) error {
 func writePool(b *strings.Builder, p Pool) {
 	defer writePrepare(b, p.Prepare)
 	switch {
+	case p.Drain == mco.NeedNoDrain.String():
+		fmt.Fprintf(b, "POOL %s: no-drain: its update is applied without cordon or drain (%s)\n", p.Name, p.DrainReason)
+		return
 	case len(p.Nodes) == 0:
 		fmt.Fprintf(b, "POOL %s: no node to update\n", p.Name)
 		return
@@ -76,6 +81,9 @@ func writePool(b *strings.Builder, p Pool) {
 		}
 	}
 	_ = tw.Flush()
+	if p.Drain == mco.NeedUnknown.String() {
+		fmt.Fprintf(b, "  drain-unknown: %s; predicted as if the update drained\n", p.DrainReason)
+	}
 	writePlan(b, p.Plan)
 }
 

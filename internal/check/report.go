@@ -98,6 +98,15 @@ type Pool struct {
 	Plan  Plan   `json:"plan"`
 	// Prepare is set for a pool the guardian is asked to prepare (drain-guardian.io/prepare).
 	Prepare *Prepare `json:"prepare,omitempty"`
+	// Drain says, for a pool with an update pending, whether that update drains its nodes: "drain",
+	// "no-drain" (the nodes are updated without cordon or drain: nothing stalls, and Nodes is
+	// empty) or "drain-unknown" (nothing has said yet; the stalls are predicted as if it drained,
+	// as the machine-config daemon drains for any change it does not know). Empty for a pool with
+	// nothing pending, whose next update is predicted as one that drains.
+	Drain string `json:"drain,omitempty"`
+	// DrainReason says who answered and how ("MachineConfigNode w1: Drain Required: false"), or why
+	// nothing is known.
+	DrainReason string `json:"drainReason,omitempty"`
 }
 
 // Prepare is how far the guardian has prepared a pool for its next update: the workloads that

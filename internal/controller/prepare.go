@@ -33,7 +33,8 @@ const (
 	// note into one series, of which the API server keeps the first note: a PoolPreparing whose counts
 	// changed would never be seen.
 	ReasonPoolPartlyPrepared = "PoolPartlyPrepared"
-	// ReasonNothingToPrepare: the pool has no pending update.
+	// ReasonNothingToPrepare: the pool has no pending update, or its pending update is known to be
+	// applied without cordon or drain.
 	ReasonNothingToPrepare = "NothingToPrepare"
 )
 
@@ -70,6 +71,12 @@ func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, 
 			"Pool %s has no pending update (spec.configuration is status.configuration %s): nothing to prepare", name, pool.Status.Configuration.Name)
 		return 0, nil
 	}
+	if ans := c.pendingAnswer(pool); ans.Need == mco.NeedNoDrain {
+		c.preparations.set(name, prepareCounts{}, c.metrics)
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s's update to %s is applied without cordon or drain (%s): nothing to prepare", name, config, ans)
+		return prepareRecheck, nil
+	}
 	nodes, err := c.observePrepare(pool, config)
 	if err != nil {
 		return 0, err
@@ -79,6 +86,13 @@ func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, 
 	c.preparations.set(name, counts, c.metrics)
 	c.reportPrepared(pool, config, counts)
 	return prepareRecheck, err
+}
+
+// pendingAnswer is whether the pool's pending update drains its nodes still to update: known once
+// the machine-config daemon of one of them has answered (mco.PoolAnswer). An update not known to
+// drain is prepared for: the daemon drains for any change it does not know.
+func (c *Controller) pendingAnswer(pool *mcfgv1.MachineConfigPool) mco.Answer {
+	return mco.PoolAnswer(pool, c.plan(pool).Order(), c.answers.need)
 }
 
 // observePrepare reads the stalls of the pool's nodes that its next update has still to take, in the
@@ -295,7 +309,7 @@ func prepareSubject(node string, d guardian.Decision) string {
 func (c *Controller) predictPrepare(pool *mcfgv1.MachineConfigPool, capacityWanted bool) (prepareCounts, error) {
 	var counts prepareCounts
 	config := guardian.PendingConfig(pool)
-	if config == "" {
+	if config == "" || c.pendingAnswer(pool).Need == mco.NeedNoDrain {
 		return counts, nil
 	}
 	nodes, err := c.observePrepare(pool, config)

@@ -15,6 +15,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
@@ -182,6 +183,27 @@ func TestPrepareNothingPending(t *testing.T) {
 		t.Fatal("surged for a pool with nothing pending")
 	}
 	requireEvent(t, h.events(), "Normal", ReasonNothingToPrepare, "no pending update")
+}
+
+// A pool whose pending update is known to be applied without a drain is not prepared: preparing it
+// would raise every model for an update that moves none. Here the daemon of a node the pool
+// updated before its pause answered for the same rendered-1 -> rendered-2 update.
+func TestPrepareNothingForAnUpdateWithoutDrain(t *testing.T) {
+	for _, drain := range []bool{false, true} {
+		answered := gpuNode("w0")
+		answered.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
+		h := newHarness(t, nil, preparedPool(answered, mcdAnswer("w0", drain))...)
+		h.syncPool()
+		if surged := h.surge(depSurge) != nil; surged != drain {
+			t.Fatalf("update drains %v: surged %v", drain, surged)
+		}
+		if !drain {
+			requireEvent(t, h.events(), "Normal", ReasonNothingToPrepare, "applied without cordon or drain", "MachineConfigNode w0: Drain Required: false")
+			if pr := requireCheckAgrees(t, h); pr.Prepared+pr.Preparing+len(pr.Waiting)+len(pr.Unresolvable) != 0 {
+				t.Fatalf("check's prepare section %+v, want nothing", pr)
+			}
+		}
+	}
 }
 
 // A prepared surge only uses capacity no stall needs: with a stall waiting for capacity, nothing is

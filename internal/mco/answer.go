@@ -56,6 +56,14 @@ type Answer struct {
 	Reason string
 }
 
+// String is the answer as check and Events print it: who said it, and how.
+func (a Answer) String() string {
+	if a.Source == "" {
+		return a.Reason
+	}
+	return a.Source + ": " + a.Reason
+}
+
 // Known reports whether the answer says drain or no drain.
 func (a Answer) Known() bool { return a.Need != NeedUnknown }
 
@@ -169,4 +177,30 @@ func (as Answers) For(u Update) Answer {
 		return a
 	}
 	return Answer{Reason: "no node of the update has been answered by its machine-config daemon yet"}
+}
+
+// PoolAnswer is whether the pool's pending update drains the nodes still to update (nodes, e.g.
+// Plan.Order), from each node's answer (need): one node known to drain makes the update drain; it
+// is no-drain only when every node is known not to drain (a node on another current config may
+// differ); otherwise unknown.
+func PoolAnswer(pool *mcfgv1.MachineConfigPool, nodes []*corev1.Node, need func(*corev1.Node, *mcfgv1.MachineConfigPool) Answer) Answer {
+	var noDrain, unknown *Answer
+	for _, n := range nodes {
+		ans := need(n, pool)
+		switch ans.Need {
+		case NeedDrain:
+			return ans
+		case NeedNoDrain:
+			noDrain = &ans
+		default:
+			unknown = &ans
+		}
+	}
+	switch {
+	case unknown != nil:
+		return *unknown
+	case noDrain != nil:
+		return *noDrain
+	}
+	return Answer{Reason: "no node to update"}
 }
