@@ -150,7 +150,6 @@ func (a *analysis) poolDrains(p *mcfgv1.MachineConfigPool, plan mco.Plan) (mco.A
 	return mco.PoolAnswer(p, plan.Order(), a.cl.DrainNeed), true
 }
 
-
 func stages(p mco.Plan) map[string]string {
 	out := map[string]string{}
 	for stage, nodes := range map[string][]*corev1.Node{StageUpdating: p.Updating, StageNext: p.Now, StageLater: p.Later, StageSkipped: p.Skipped} {
