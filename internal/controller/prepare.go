@@ -71,6 +71,13 @@ func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, 
 			"Pool %s has no pending update (spec.configuration is status.configuration %s): nothing to prepare", name, pool.Status.Configuration.Name)
 		return 0, nil
 	}
+	if mco.PausedForMaintenance(pool) {
+		c.preparations.set(name, prepareCounts{}, c.metrics)
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s is paused by NVIDIA's maintenance operator (%s) while it maintains a node: its update to %s waits for the maintenance to end; nothing is prepared before then",
+			name, mco.MaintenancePausedAnnotation, config)
+		return prepareRecheck, nil
+	}
 	if ans := c.pendingAnswer(pool); ans.Need == mco.NeedNoDrain {
 		c.preparations.set(name, prepareCounts{}, c.metrics)
 		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
@@ -309,7 +316,7 @@ func prepareSubject(node string, d guardian.Decision) string {
 func (c *Controller) predictPrepare(pool *mcfgv1.MachineConfigPool, capacityWanted bool) (prepareCounts, error) {
 	var counts prepareCounts
 	config := guardian.PendingConfig(pool)
-	if config == "" || c.pendingAnswer(pool).Need == mco.NeedNoDrain {
+	if config == "" || mco.PausedForMaintenance(pool) || c.pendingAnswer(pool).Need == mco.NeedNoDrain {
 		return counts, nil
 	}
 	nodes, err := c.observePrepare(pool, config)

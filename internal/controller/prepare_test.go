@@ -206,6 +206,19 @@ func TestPrepareNothingForAnUpdateWithoutDrain(t *testing.T) {
 	}
 }
 
+// A pool that NVIDIA's maintenance operator paused while it drains one node is not in an update
+// window: its update resumes once the maintenance ends, and nothing is prepared for it.
+func TestPrepareNothingForAPoolPausedForMaintenance(t *testing.T) {
+	objs := preparedPool()
+	objs[3].(*mcfgv1.MachineConfigPool).Annotations[mco.MaintenancePausedAnnotation] = "true"
+	h := newHarness(t, nil, objs...)
+	h.syncPool()
+	if h.surge(depSurge) != nil {
+		t.Fatal("prepared a pool paused by the maintenance operator")
+	}
+	requireEvent(t, h.events(), "Normal", ReasonNothingToPrepare, "paused by NVIDIA's maintenance operator")
+}
+
 // A prepared surge only uses capacity no stall needs: with a stall waiting for capacity, nothing is
 // prepared, and the pool says what waits.
 func TestPrepareYieldsToAStallWaitingForCapacity(t *testing.T) {

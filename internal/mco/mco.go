@@ -135,6 +135,19 @@ func PoolUpdating(pool *mcfgv1.MachineConfigPool) bool {
 	return PoolCondition(pool, mcfgv1.MachineConfigPoolUpdating)
 }
 
+// MaintenancePausedAnnotation marks a MachineConfigPool that NVIDIA's maintenance operator paused
+// while it drains one of its nodes for a NodeMaintenance (Mellanox/maintenance-operator
+// internal/openshift/mcp.go: it pauses only a pool with no update in progress, and unpauses it
+// once no NodeMaintenance of the pool's nodes is left).
+const MaintenancePausedAnnotation = "maintenance.nvidia.com/mcp-paused"
+
+// PausedForMaintenance reports whether NVIDIA's maintenance operator holds the pool paused: the drain
+// of its node is that NodeMaintenance's, and the pool's own update waits for it to end. Such a pool
+// is not being updated, nor paused by an admin for an update window.
+func PausedForMaintenance(pool *mcfgv1.MachineConfigPool) bool {
+	return pool != nil && pool.Spec.Paused && pool.Annotations[MaintenancePausedAnnotation] == "true"
+}
+
 // WillNotDrain reports whether the current update will not drain node (again): it is schedulable, not
 // targeted and idle, and either its pool (nil: none) has nothing to roll out or the node already runs
 // the pool's target config. A surge whose survivors all sit on such nodes can be undone safely.
