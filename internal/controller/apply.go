@@ -190,6 +190,11 @@ func blocksVerb(d guardian.NodeDrain) string {
 		what = "driver upgrade of"
 	case guardian.TriggerNodeMaintenance:
 		what = "maintenance drain of"
+	case guardian.TriggerNodeLifecycle:
+		if d.Predicted {
+			return "would block the planned maintenance (MaintenancePlanned) of"
+		}
+		what = "maintenance drain (" + d.Detail + ") of"
 	}
 	if ahead(d) {
 		return "would block the coming " + what

@@ -32,6 +32,7 @@ type maintenanceKind struct {
 // whether or not the ClusterPolicy API is served: its default policy is assumed then).
 type sources struct {
 	gpu       bool
+	lifecycle bool
 	lookahead int
 	nodes     func() []*corev1.Node
 	// policies is the ClusterPolicy cache, nil when not served or --gpu-driver-upgrades=false.
@@ -57,6 +58,9 @@ func (s *sources) read(node *corev1.Node, predict bool) []trigger.Signal {
 	}
 	if len(s.maintenances) > 0 {
 		out = append(out, trigger.NewNodeMaintenances(s.maintenancesOf(node.Name)).Signal(node))
+	}
+	if s.lifecycle {
+		out = append(out, trigger.NodeLifecycles{Predict: predict && s.lookahead > 0}.Signal(node))
 	}
 	return out
 }
@@ -147,7 +151,7 @@ func (c *Controller) nodeSignals(node *corev1.Node, mcoDrain guardian.NodeDrain)
 // watchSources registers the informers of the sources the options switch on and the cluster
 // serves.
 func (c *Controller) watchSources() error {
-	c.sources = &sources{gpu: c.opts.GPUDriverUpgrades, lookahead: c.opts.Lookahead, log: c.log, nodes: func() []*corev1.Node {
+	c.sources = &sources{gpu: c.opts.GPUDriverUpgrades, lifecycle: c.opts.NodeLifecycle, lookahead: c.opts.Lookahead, log: c.log, nodes: func() []*corev1.Node {
 		nodes, _ := c.nodes.List(labels.Everything())
 		return nodes
 	}}
@@ -339,6 +343,18 @@ func (c *Controller) enqueueGPUPredicted(node *corev1.Node) {
 	for _, n := range trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy()).Predicted(c.cfg.Lookahead) {
 		c.enqueueNode(n.Name)
 	}
+}
+
+// willDrain reports whether a source other than the MCO has a drain of the node under way, picked
+// or planned (a NodeMaintenance pending, MaintenancePlanned): a replacement placed there would
+// have to move again.
+func (s *sources) willDrain(n *corev1.Node) bool {
+	for _, sig := range s.read(n, false) {
+		if sig.Active() {
+			return true
+		}
+	}
+	return s.lifecycle && (trigger.NodeLifecycles{Predict: true}).Signal(n).Active()
 }
 
 // drainingNow reports whether a source other than the MCO has picked the node, or is draining it or

@@ -283,3 +283,77 @@ func TestNodesOtherSourcesDrainAreUpdatingNow(t *testing.T) {
 		t.Errorf("a node a NodeMaintenance is about to drain is not updating now")
 	}
 }
+
+// lifecycle sets a Node lifecycle condition (KEP-5683) on the node, True or gone.
+func lifecycle(t corev1.NodeConditionType, on bool) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		var kept []corev1.NodeCondition
+		for _, c := range n.Status.Conditions {
+			if c.Type != t {
+				kept = append(kept, c)
+			}
+		}
+		if on {
+			kept = append(kept, corev1.NodeCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)})
+		}
+		n.Status.Conditions = kept
+	}
+}
+
+// A maintenance announced by Node lifecycle conditions: the model is surged ahead while it is only
+// planned (on spare capacity, off the planned node), its pod evicted once the drain is in
+// progress, and the surge restored once the conditions are gone and the node is schedulable.
+func TestNodeLifecycleSurgesWhenPlannedEvictsWhileDrainingAndRestores(t *testing.T) {
+	h := newHarness(t, nil, gpuUpgrade()...)
+	h.updateNode("w1", func(n *corev1.Node) { delete(n.Labels, trigger.GPUUpgradeStateLabel) })
+	h.updateNode("w1", lifecycle(trigger.ConditionMaintenancePlanned, true))
+	h.allowEvictions()
+	h.refresh()
+	h.surgeNode("w1", depSurge)
+	s := h.mustSurge(depSurge)
+	if s.Spec.Trigger != string(guardian.TriggerNodeLifecycle) || s.Spec.Drain != "lifecycle-"+t0.UTC().Format("2006-01-02T15:04:05Z07:00") || h.replicas() != 2 {
+		t.Fatalf("Surge trigger %q drain %q replicas %d; want NodeLifecycle, the plan's time, 2", s.Spec.Trigger, s.Spec.Drain, h.replicas())
+	}
+	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "planned maintenance")
+
+	h.addPod(modelPod("model-abc-b", "w2", true))
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseReady || h.evictions() != 0 {
+		t.Fatalf("planned only: phase %s, evictions %d; want Ready and none", h.phase(depSurge), h.evictions())
+	}
+	h.updateNode("w1", func(n *corev1.Node) { lifecycle(trigger.ConditionDrainInProgress, true)(n); n.Spec.Unschedulable = true })
+	h.refresh()
+	h.settle(depSurge)
+	if h.evictions() == 0 {
+		t.Fatalf("no eviction while the drain is in progress; writes %v", h.writes())
+	}
+	h.deletePod("model-abc-a")
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseResolved || h.replicas() != 2 {
+		t.Fatalf("maintenance under way: phase %s, replicas %d; want Resolved, held", h.phase(depSurge), h.replicas())
+	}
+	h.updateNode("w1", func(n *corev1.Node) {
+		lifecycle(trigger.ConditionDrainInProgress, false)(n)
+		lifecycle(trigger.ConditionMaintenancePlanned, false)(n)
+		n.Spec.Unschedulable = false
+	})
+	h.refresh()
+	h.settle(depSurge)
+	if h.replicas() != 1 || h.surge(depSurge) != nil {
+		t.Fatalf("after the maintenance: replicas %d, Surge %v; want restored", h.replicas(), h.surge(depSurge))
+	}
+
+	off := newHarness(t, func(o *options.Options) { o.NodeLifecycle = false }, gpuUpgrade()...)
+	off.updateNode("w1", func(n *corev1.Node) {
+		delete(n.Labels, trigger.GPUUpgradeStateLabel)
+		lifecycle(trigger.ConditionDrainInProgress, true)(n)
+	})
+	off.refresh()
+	before := len(off.writes())
+	off.syncNode("w1")
+	if w := off.writes(); len(w) != before {
+		t.Fatalf("--node-lifecycle=false acted on DrainInProgress: %v", w)
+	}
+}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,20 +74,28 @@ func (c *Controller) observeStall(st *guardian.Stall, seen map[types.UID]guardia
 
 // lookaheadRoom is what a look-ahead surge of the pool may use (see guardian.Lookahead); nil when
 // the pool cannot be read.
+//
+// The replacement may go only to a node neither the MCO nor another source is about to drain: a
+// node planned for maintenance (or picked by any source) is no place for it. A drain predicted by
+// a source other than the MCO on a node in no pool (plain Kubernetes) uses the same room, with no
+// MCO stall before it.
 func (c *Controller) lookaheadRoom(pool string) *guardian.Lookahead {
-	if c.pools == nil {
-		return nil
-	}
-	p, err := c.pools.Get(pool)
-	if err != nil {
-		return nil
+	var p *mcfgv1.MachineConfigPool
+	if c.pools != nil {
+		var err error
+		if p, err = c.pools.Get(pool); err != nil && pool != "" {
+			return nil
+		}
 	}
 	pools := c.newPoolLookup()
-	return &guardian.Lookahead{
+	room := &guardian.Lookahead{
 		CapacityWanted: c.drains.capacityWanted(pool),
-		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
-		Unserved:       c.unservedStalls(c.plan(p).Updating),
+		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) && !c.sources.willDrain(n) },
 	}
+	if p != nil {
+		room.Unserved = c.unservedStalls(c.plan(p).Updating)
+	}
+	return room
 }
 
 // decideStalls decides the node's stalls and starts the surges decided, under the executor's

@@ -11,12 +11,14 @@ const (
 	TriggerGPUDriverUpgrade = Trigger(trigger.GPUDriverUpgrade)
 	// TriggerNodeMaintenance: a NodeMaintenance object asks for the node to be drained.
 	TriggerNodeMaintenance = Trigger(trigger.NodeMaintenance)
+	// TriggerNodeLifecycle: the node's lifecycle conditions (KEP-5683) announce its drain.
+	TriggerNodeLifecycle = Trigger(trigger.NodeLifecycle)
 )
 
 // FromSource reports whether a trigger names a source of package trigger rather than the MCO or a
 // plain cordon.
 func FromSource(t Trigger) bool {
-	return t == TriggerGPUDriverUpgrade || t == TriggerNodeMaintenance
+	return t == TriggerGPUDriverUpgrade || t == TriggerNodeMaintenance || t == TriggerNodeLifecycle
 }
 
 // mcoSignal is the MCO's (or a plain cordon's) answer as a signal, so that it can be weighed against

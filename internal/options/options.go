@@ -73,6 +73,9 @@ type Options struct {
 	// on; each is also off while the cluster does not serve its API.
 	GPUDriverUpgrades bool
 	NodeMaintenance   bool
+	// NodeLifecycle follows the Node lifecycle conditions of KEP-5683 (MaintenancePlanned,
+	// DrainInProgress, …) as drains of their node.
+	NodeLifecycle     bool
 	CordonGracePeriod time.Duration
 	NamespaceSelector string
 	// PlatformNamespaces lets the guardian act in kube-*, openshift-* and its own namespace.
@@ -140,6 +143,7 @@ func NewOptions() *Options {
 		Preemptive:              true,
 		GPUDriverUpgrades:       true,
 		NodeMaintenance:         true,
+		NodeLifecycle:           true,
 		Evict:                   true,
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
@@ -176,7 +180,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz and /readyz endpoints; \"0\" disables them.")
 
 	fs.StringVar(&o.Restore, "restore", o.Restore, "When to undo a surge: \"auto\" as soon as the workload's original number of pods is Ready on nodes this update will not drain again (and at the latest when the pool is Updated), \"pool\" once the node's MachineConfigPool is Updated, \"node\" once the drained node is updated and schedulable again.")
-	fs.BoolVar(&o.Preemptive, "preemptive", o.Preemptive, "Surge as soon as the MCO targets a node of an updating pool, before its drain starts.")
+	fs.BoolVar(&o.Preemptive, "preemptive", o.Preemptive, "Surge as soon as the MCO targets a node of an updating pool and its machine-config daemon says the update drains (MachineConfigNode, about a second later), before its drain starts; an update applied without a drain is never surged.")
 	fs.BoolVar(&o.Evict, "evict", o.Evict, "Evict the blocked pod (Eviction API) as soon as its replacement is Ready, instead of waiting for the MCO's next drain attempt.")
 	fs.DurationVar(&o.ScheduleTimeout, "schedule-timeout", o.ScheduleTimeout, "Undo a surge whose replacement pod stays Unschedulable this long.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "Undo a surge whose replacement pod is not Ready this long after the surge.")
@@ -192,6 +196,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
 	fs.BoolVar(&o.DRAUnknownFits, "dra-unknown-fits", o.DRAUnknownFits, "Count Dynamic Resource Allocation devices the guardian cannot judge (device taints, partitionable devices, consumable capacity, constraints between a claim's devices) as free for a replacement; off: such a stall is deferred as NoCapacity, with the reason.")
 	fs.BoolVar(&o.GPUDriverUpgrades, "gpu-driver-upgrades", o.GPUDriverUpgrades, "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.")
+	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle, "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.")
 	fs.BoolVar(&o.NodeMaintenance, "node-maintenance", o.NodeMaintenance, "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
