@@ -44,9 +44,9 @@ type Cluster struct {
 	// DrainNeed answers whether a node's pending MCO update drains it (the daemon's MCD answers,
 	// see mco.NodeAnswer); nil answers "unknown" for every node.
 	DrainNeed func(*corev1.Node, *mcfgv1.MachineConfigPool) mco.Answer
-	// GPUUpgrade is the GPU Operator's driver upgrade policy (trigger.ActiveUpgradePolicy); nil when
-	// driver upgrades are not followed (--gpu-driver-upgrades=false).
-	GPUUpgrade *trigger.UpgradePolicy
+	// Rollouts are the drain sources' rollouts other than the MCO's (trigger.Kind.Rollout), each
+	// predicted as a pseudo-pool after the MachineConfigPools.
+	Rollouts []trigger.Rollout
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -84,10 +84,8 @@ func Analyze(cl Cluster, cfg Config) *Report {
 	} else {
 		r.Pools = append(r.Pools, a.mcoPools()...)
 	}
-	if cl.GPUUpgrade != nil {
-		if p, ok := a.gpuUpgrade(*cl.GPUUpgrade); ok {
-			r.Pools = append(r.Pools, p)
-		}
+	for _, ro := range cl.Rollouts {
+		r.Pools = append(r.Pools, a.pool(ro.Name, true, ro.Drain, ro.Width, a.inScope(ro.Order), nil))
 	}
 	return r
 }

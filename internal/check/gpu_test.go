@@ -3,8 +3,31 @@ package check
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
+
+// nodesView is a trigger.View of nodes alone: no ClusterPolicy (the default upgrade policy).
+type nodesView []*corev1.Node
+
+func (v nodesView) Nodes() []*corev1.Node                                          { return v }
+func (nodesView) Objects(schema.GroupVersionResource) []*unstructured.Unstructured { return nil }
+func (nodesView) ObjectsOn(schema.GroupVersionResource, string) []*unstructured.Unstructured {
+	return nil
+}
+func (nodesView) Lookahead() int      { return 0 }
+func (nodesView) Logf(string, ...any) {}
+
+// withGPURollout adds the driver upgrade's rollout, as the daemon's table gives it.
+func withGPURollout(cl Cluster) Cluster {
+	if r, ok := trigger.GPUDriverUpgradeKind.Rollout(nodesView(cl.Nodes)); ok {
+		cl.Rollouts = append(cl.Rollouts, r)
+	}
+	return cl
+}
 
 // gpuCluster: four one-GPU nodes the GPU Operator manages, three single-replica models, one spare
 // GPU; the MCO pool has nothing to update.
@@ -23,11 +46,11 @@ func gpuCluster(t *testing.T, states ...string) *cluster {
 func gpuPool(t *testing.T, r *Report) Pool {
 	t.Helper()
 	for _, p := range r.Pools {
-		if p.Name == GPUDriverUpgradePool {
+		if p.Name == trigger.GPUDriverUpgradePool {
 			return p
 		}
 	}
-	t.Fatalf("no %s in the report", GPUDriverUpgradePool)
+	t.Fatalf("no %s in the report", trigger.GPUDriverUpgradePool)
 	return Pool{}
 }
 
@@ -35,9 +58,7 @@ func gpuPool(t *testing.T, r *Report) Pool {
 // every model resolvable on the spare GPU; with driver upgrades off it reports none.
 func TestGPUDriverUpgradeStalls(t *testing.T) {
 	done := trigger.GPUStateDone
-	cl := gpuCluster(t, done, done, done, done).build()
-	policy := trigger.DefaultUpgradePolicy()
-	cl.GPUUpgrade = &policy
+	cl := withGPURollout(gpuCluster(t, done, done, done, done).build())
 	r := Analyze(cl, Config{})
 	p := gpuPool(t, r)
 	if len(p.Nodes) != 4 || p.MaxUnavailable != 1 {
@@ -53,9 +74,9 @@ func TestGPUDriverUpgradeStalls(t *testing.T) {
 		t.Fatalf("driver upgrade verdicts %v, want the three models resolvable-with-capacity", got)
 	}
 
-	cl.GPUUpgrade = nil
+	cl.Rollouts = nil
 	for _, p := range Analyze(cl, Config{}).Pools {
-		if p.Name == GPUDriverUpgradePool {
+		if p.Name == trigger.GPUDriverUpgradePool {
 			t.Fatalf("a driver upgrade reported with --gpu-driver-upgrades=false")
 		}
 	}
@@ -68,9 +89,7 @@ func TestGPUDriverUpgradeSkipAndNoCapacity(t *testing.T) {
 	c := gpuCluster(t, waiting, waiting, trigger.GPUStateFailed, waiting)
 	c.snap.Nodes[0].Labels[trigger.GPUUpgradeSkipLabel] = "true"
 	c.deployment("m4", "g4", 1, nil)
-	cl := c.build()
-	policy := trigger.DefaultUpgradePolicy()
-	cl.GPUUpgrade = &policy
+	cl := withGPURollout(c.build())
 	p := gpuPool(t, Analyze(cl, Config{}))
 	var names []string
 	for _, n := range p.Nodes {

@@ -113,9 +113,6 @@ func (c *Controller) snapshot() (check.Cluster, error) {
 		// A non-nil list, even empty, keeps MCO mode: nodes outside every pool form "(no pool)".
 		cl.Pools = append([]*mcfgv1.MachineConfigPool{}, pools...)
 	}
-	if c.sources.gpu {
-		policy := c.sources.policy()
-		cl.GPUUpgrade = &policy
-	}
+	cl.Rollouts = c.sources.rollouts()
 	return cl, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
 // stallReport is how a stall reason is reported, once per stall (see stallKey): the Event's type and
@@ -180,21 +181,14 @@ func ahead(d guardian.NodeDrain) bool {
 // blocksVerb says how a pod stands in the way of the node's drain, by trigger.
 func blocksVerb(d guardian.NodeDrain) string {
 	what := "drain of"
-	switch d.Trigger {
-	case guardian.TriggerMCOPredicted:
+	if d.Trigger == guardian.TriggerMCOPredicted {
 		return "would block the drain of the MCO's next target,"
-	case guardian.TriggerGPUDriverUpgrade:
-		if d.Predicted {
-			return "would block the driver upgrade of the GPU Operator's next pick,"
+	}
+	if k, ok := trigger.KindOf(trigger.Name(d.Trigger)); ok {
+		if d.Predicted && k.Next != "" {
+			return "would block the " + k.Noun + " of " + k.Next + ","
 		}
-		what = "driver upgrade of"
-	case guardian.TriggerNodeMaintenance:
-		what = "maintenance drain of"
-	case guardian.TriggerNodeLifecycle:
-		if d.Predicted {
-			return "would block the planned maintenance (MaintenancePlanned) of"
-		}
-		what = "maintenance drain (" + d.Detail + ") of"
+		what = k.Noun + " of"
 	}
 	if ahead(d) {
 		return "would block the coming " + what

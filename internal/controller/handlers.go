@@ -30,7 +30,7 @@ func (c *Controller) onNode(obj any) {
 	c.enqueueNode(n.Name)
 	c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n.Name })
 	c.enqueuePredicted(n)
-	c.enqueueGPUPredicted(n)
+	c.enqueueUpcoming(n)
 	if !n.Spec.Unschedulable {
 		for _, w := range c.drains.wantingNodes() {
 			c.enqueueNode(w)

@@ -190,20 +190,32 @@ func (h *harness) refresh() {
 		items = append(items, &surges.Items[i])
 	}
 	fill(h.c.surges.indexer, items)
-	for _, k := range h.c.sources.maintenances {
-		list, err := h.dyn.Resource(k.gvr).List(ctx, metav1.ListOptions{})
+	for gvr, idx := range h.c.sources.view.indexers {
+		list, err := h.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			h.t.Fatal(err)
 		}
 		var objs []any
 		for i := range list.Items {
-			slimmed, _ := slimTrigger(&list.Items[i])
+			slimmed, _ := slimSource(sourceResource(gvr))(&list.Items[i])
 			objs = append(objs, slimmed)
 		}
-		if err := k.indexer.Replace(objs, ""); err != nil {
+		if err := idx.Replace(objs, ""); err != nil {
 			h.t.Fatal(err)
 		}
 	}
+}
+
+// sourceResource is the table's entry of a source's resource.
+func sourceResource(gvr schema.GroupVersionResource) trigger.Resource {
+	for _, k := range trigger.Kinds {
+		for _, r := range k.Resources {
+			if r.GVR == gvr {
+				return r
+			}
+		}
+	}
+	return trigger.Resource{GVR: gvr}
 }
 
 func toObjs[T any, PT interface {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -196,12 +197,14 @@ func reportKey(b check.Block) string {
 	return fmt.Sprintf("%s/%s/%s/%s/%s", b.Verdict, ref.Kind, ref.Namespace, ref.Name, ref.UID)
 }
 
+// describePool names a pool of the report in an Event: a MachineConfigPool, no pool, or the
+// pseudo-pool of another source's rollout (trigger.Rollout names them in parentheses).
 func describePool(pool string) string {
-	switch pool {
-	case check.NoPool:
+	switch {
+	case pool == check.NoPool:
 		return "no MachineConfigPool"
-	case check.GPUDriverUpgradePool:
-		return "GPU driver upgrade"
+	case strings.HasPrefix(pool, "("):
+		return strings.Trim(pool, "()")
 	}
 	return "pool " + pool
 }

@@ -16,126 +16,130 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
-// maintenanceNodeIndex indexes NodeMaintenance objects by spec.nodeName.
-const maintenanceNodeIndex = "spec.nodeName"
+// sourceNodeIndex indexes the objects of a drain source's resources by the node they concern
+// (trigger.Resource.NodeOf).
+const sourceNodeIndex = "node"
 
-// maintenanceKind is one NodeMaintenance API the guardian reads, when the cluster serves it.
-type maintenanceKind struct {
-	gvr     schema.GroupVersionResource
-	indexer cache.Indexer
-	read    func(*unstructured.Unstructured) (trigger.Maintenance, error)
-}
-
-// sources reads, from the informers, the drains of the trigger sources other than the MCO (package
-// trigger): GPU Operator driver upgrades and NodeMaintenance objects. A source switched off by flag
-// gives no signal; one whose API is not served reads nothing (the GPU upgrade's node labels are read
-// whether or not the ClusterPolicy API is served: its default policy is assumed then).
+// sources reads the drains of the sources other than the MCO from the informers, through the table
+// trigger.Kinds: only the kinds the flags switch on, each resource only when the cluster serves it.
+// Nothing here names a source.
 type sources struct {
-	gpu       bool
-	lifecycle bool
-	lookahead int
-	nodes     func() []*corev1.Node
-	// policies is the ClusterPolicy cache, nil when not served or --gpu-driver-upgrades=false.
-	policies     cache.Indexer
-	maintenances []maintenanceKind
-	log          *zap.Logger
+	kinds []trigger.Kind
+	view  *sourceView
 }
 
-// signals is every source's view of node, in a fixed order (see guardian.DominantDrain).
+// sourceView is the trigger.View over the controller's caches.
+type sourceView struct {
+	nodes     func() []*corev1.Node
+	indexers  map[schema.GroupVersionResource]cache.Indexer
+	lookahead int
+	log       *zap.Logger
+}
+
+var _ trigger.View = (*sourceView)(nil)
+
+func (v *sourceView) Nodes() []*corev1.Node { return v.nodes() }
+func (v *sourceView) Lookahead() int        { return v.lookahead }
+
+func (v *sourceView) Objects(gvr schema.GroupVersionResource) []*unstructured.Unstructured {
+	idx := v.indexers[gvr]
+	if idx == nil {
+		return nil
+	}
+	return unstructuredOf(idx.List())
+}
+
+func (v *sourceView) ObjectsOn(gvr schema.GroupVersionResource, node string) []*unstructured.Unstructured {
+	idx := v.indexers[gvr]
+	if idx == nil {
+		return nil
+	}
+	objs, _ := idx.ByIndex(sourceNodeIndex, node)
+	return unstructuredOf(objs)
+}
+
+func (v *sourceView) Logf(format string, args ...any) {
+	v.log.Debug(fmt.Sprintf(format, args...))
+}
+
+func unstructuredOf(objs []any) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// signals is every source's view of node, in the table's order (see guardian.DominantDrain).
 func (s *sources) signals(node *corev1.Node) []trigger.Signal {
 	return s.read(node, true)
 }
 
-// read is signals; without predict, no node is predicted (the prediction reads every node).
+// read is signals; without predict, no node is predicted (a prediction may read every node).
 func (s *sources) read(node *corev1.Node, predict bool) []trigger.Signal {
-	var out []trigger.Signal
-	if s.gpu {
-		var predicted map[string]bool
-		if predict {
-			predicted = s.gpuPredicted(node)
-		}
-		out = append(out, trigger.GPUDriverUpgrades{Predicted: predicted}.Signal(node))
-	}
-	if len(s.maintenances) > 0 {
-		out = append(out, trigger.NewNodeMaintenances(s.maintenancesOf(node.Name)).Signal(node))
-	}
-	if s.lifecycle {
-		out = append(out, trigger.NodeLifecycles{Predict: predict && s.lookahead > 0}.Signal(node))
+	out := make([]trigger.Signal, 0, len(s.kinds))
+	for _, k := range s.kinds {
+		out = append(out, k.Signal(s.view, node, predict))
 	}
 	return out
+}
+
+// kind is the named source's entry, when it is on.
+func (s *sources) kind(name trigger.Name) (trigger.Kind, bool) {
+	for _, k := range s.kinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return trigger.Kind{}, false
 }
 
 // signalOf is the signal of the named source about node, and whether that source is on.
 func (s *sources) signalOf(name trigger.Name, node *corev1.Node) (trigger.Signal, bool) {
-	for _, sig := range s.signals(node) {
-		if sig.Source == name {
-			return sig, true
-		}
+	k, on := s.kind(name)
+	if !on {
+		return trigger.Signal{}, false
 	}
-	return trigger.Signal{}, false
+	return k.Signal(s.view, node, true), true
 }
 
-// policy is the upgrade policy of the ClusterPolicy the GPU Operator acts on, or its default.
-func (s *sources) policy() trigger.UpgradePolicy {
-	if s.policies == nil {
-		return trigger.DefaultUpgradePolicy()
-	}
-	var cps []*unstructured.Unstructured
-	for _, o := range s.policies.List() {
-		if u, ok := o.(*unstructured.Unstructured); ok {
-			cps = append(cps, u)
-		}
-	}
-	p, err := trigger.ActiveUpgradePolicy(cps)
-	if err != nil {
-		s.log.Debug("reading the ClusterPolicy's upgrade policy; assuming the default", zap.Error(err))
-		return trigger.DefaultUpgradePolicy()
-	}
-	return p
+// rolloutOver reports whether the named source has no node left to drain: a source without
+// rollouts (each drain on its own) always has.
+func (s *sources) rolloutOver(name trigger.Name) bool {
+	k, on := s.kind(name)
+	return !on || k.RolloutOver == nil || k.RolloutOver(s.view)
 }
 
-// gpuPredicted names the nodes the upgrade controller is expected to pick next (at most
-// --lookahead), when node is one waiting to be picked; nil otherwise, so that the prediction, which
-// reads every node, runs only for the nodes it can concern.
-func (s *sources) gpuPredicted(node *corev1.Node) map[string]bool {
-	if s.lookahead == 0 || !trigger.ReadGPUNode(node).Pending() {
-		return nil
-	}
-	out := map[string]bool{}
-	for _, n := range trigger.PredictGPUUpgrades(s.nodes(), s.policy()).Predicted(s.lookahead) {
-		out[n.Name] = true
+// upcoming names the nodes whose prediction may move when node changes.
+func (s *sources) upcoming(node *corev1.Node) []string {
+	var out []string
+	for _, k := range s.kinds {
+		if k.Upcoming != nil {
+			out = append(out, k.Upcoming(s.view, node)...)
+		}
 	}
 	return out
 }
 
-// gpuRolloutOver reports whether the driver upgrade has no node left to drain: none waits to be
-// picked (skipped nodes aside) and none is between its selection and its end.
-func (s *sources) gpuRolloutOver() bool {
-	for _, n := range s.nodes() {
-		if trigger.ReadGPUNode(n).Pending() || (trigger.GPUDriverUpgrades{}).Signal(n).Active() {
-			return false
-		}
+// drainingNodes lists the nodes the named source drains now.
+func (s *sources) drainingNodes(name trigger.Name) []*corev1.Node {
+	if k, on := s.kind(name); on && k.DrainingNow != nil {
+		return k.DrainingNow(s.view)
 	}
-	return true
+	return nil
 }
 
-// maintenancesOf reads the NodeMaintenance objects of every kind served that name the node. One
-// that cannot be read is skipped (and logged): the guardian acts on nothing it cannot explain.
-func (s *sources) maintenancesOf(node string) []trigger.Maintenance {
-	var out []trigger.Maintenance
-	for _, k := range s.maintenances {
-		objs, _ := k.indexer.ByIndex(maintenanceNodeIndex, node)
-		for _, o := range objs {
-			u, ok := o.(*unstructured.Unstructured)
-			if !ok {
-				continue
-			}
-			m, err := k.read(u)
-			if err != nil {
-				s.log.Debug("skipping a NodeMaintenance", zap.Error(err))
-				continue
-			}
-			out = append(out, m)
+// rollouts are the sources' rollouts as `check` predicts them.
+func (s *sources) rollouts() []trigger.Rollout {
+	var out []trigger.Rollout
+	for _, k := range s.kinds {
+		if k.Rollout == nil {
+			continue
+		}
+		if r, ok := k.Rollout(s.view); ok {
+			out = append(out, r)
 		}
 	}
 	return out
@@ -148,51 +152,44 @@ func (c *Controller) nodeSignals(node *corev1.Node, mcoDrain guardian.NodeDrain)
 	return guardian.DominantDrain(mcoDrain, signals...), signals
 }
 
-// watchSources registers the informers of the sources the options switch on and the cluster
-// serves.
+// watchSources registers the informers of the sources the options switch on, each resource when the
+// cluster serves it.
 func (c *Controller) watchSources() error {
-	c.sources = &sources{gpu: c.opts.GPUDriverUpgrades, lifecycle: c.opts.NodeLifecycle, lookahead: c.opts.Lookahead, log: c.log, nodes: func() []*corev1.Node {
-		nodes, _ := c.nodes.List(labels.Everything())
-		return nodes
+	c.sources = &sources{view: &sourceView{
+		lookahead: c.opts.Lookahead, log: c.log, indexers: map[schema.GroupVersionResource]cache.Indexer{},
+		nodes: func() []*corev1.Node {
+			nodes, _ := c.nodes.List(labels.Everything())
+			return nodes
+		},
 	}}
-	if c.opts.GPUDriverUpgrades {
-		inf, err := c.watchServed(trigger.ClusterPolicyGVR, c.handler(c.onClusterPolicy))
-		if err != nil {
-			return err
-		}
-		if inf != nil {
-			c.sources.policies = inf.GetIndexer()
-		}
-	}
-	if !c.opts.NodeMaintenance {
-		return nil
-	}
-	kinds := []struct {
-		gvr  schema.GroupVersionResource
-		read func(*unstructured.Unstructured) (trigger.Maintenance, error)
-	}{
-		{trigger.Medik8sNodeMaintenanceGVR, trigger.ReadMedik8sNodeMaintenance},
-		{trigger.NVIDIANodeMaintenanceGVR, trigger.ReadNVIDIANodeMaintenance},
-	}
-	for _, k := range kinds {
-		inf, err := c.watchServed(k.gvr, c.handler(c.onNodeMaintenance))
-		if err != nil {
-			return err
-		}
-		if inf == nil {
+	on := trigger.Switches{GPUDriverUpgrades: c.opts.GPUDriverUpgrades, NodeMaintenance: c.opts.NodeMaintenance, NodeLifecycle: c.opts.NodeLifecycle}
+	for _, k := range trigger.Kinds {
+		if !k.Enabled(on) {
 			continue
 		}
-		if err := inf.AddIndexers(cache.Indexers{maintenanceNodeIndex: maintenanceNode}); err != nil {
-			return err
+		c.sources.kinds = append(c.sources.kinds, k)
+		for _, r := range k.Resources {
+			inf, err := c.watchServed(r.GVR, c.handler(c.onSourceObject(r)), slimSource(r))
+			if err != nil {
+				return err
+			}
+			if inf == nil {
+				continue
+			}
+			if r.NodeOf != nil {
+				if err := inf.AddIndexers(cache.Indexers{sourceNodeIndex: nodeIndexOf(r)}); err != nil {
+					return err
+				}
+			}
+			c.sources.view.indexers[r.GVR] = inf.GetIndexer()
 		}
-		c.sources.maintenances = append(c.sources.maintenances, maintenanceKind{gvr: k.gvr, indexer: inf.GetIndexer(), read: k.read})
 	}
 	return nil
 }
 
 // watchServed starts watching gvr through the dynamic informer factory if the cluster serves it;
 // nil when it does not.
-func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.ResourceEventHandler) (cache.SharedIndexInformer, error) {
+func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.ResourceEventHandler, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
 	served, err := servesResource(c.clients.Discovery, gvr.GroupVersion().String(), gvr.Resource)
 	if err != nil {
 		return nil, fmt.Errorf("discovering %s: %w", gvr.GroupResource(), err)
@@ -202,7 +199,7 @@ func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.Resour
 		return nil, nil
 	}
 	inf := c.dynamicFactory.ForResource(gvr).Informer()
-	if err := inf.SetTransform(slimTrigger); err != nil {
+	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
 	}
 	if _, err := inf.AddEventHandler(h); err != nil {
@@ -212,54 +209,52 @@ func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.Resour
 	return inf, nil
 }
 
-// slimTrigger keeps, of a ClusterPolicy or NodeMaintenance, the metadata without managedFields and
-// the parts package trigger reads: a ClusterPolicy's spec.driver.upgradePolicy (the rest of its spec
-// configures a dozen operands), a NodeMaintenance's spec and status.
-func slimTrigger(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return stripManagedFields(obj)
-	}
-	u.SetManagedFields(nil)
-	if u.GetKind() == "ClusterPolicy" {
-		policy, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "driver", "upgradePolicy")
-		delete(u.Object, "spec")
-		delete(u.Object, "status")
-		if found {
-			_ = unstructured.SetNestedField(u.Object, policy, "spec", "driver", "upgradePolicy")
+// slimSource is the informer transform of a source's resource: managedFields dropped, and what
+// the source's Slim leaves out.
+func slimSource(r trigger.Resource) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return stripManagedFields(obj)
 		}
+		u.SetManagedFields(nil)
+		if r.Slim != nil {
+			r.Slim(u)
+		}
+		return u, nil
 	}
-	return u, nil
 }
 
-// maintenanceNode is the maintenanceNodeIndex function.
-func maintenanceNode(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+// nodeIndexOf is the sourceNodeIndex function of a resource.
+func nodeIndexOf(r trigger.Resource) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if node := r.NodeOf(u); node != "" {
+				return []string{node}, nil
+			}
+		}
 		return nil, nil
 	}
-	if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); node != "" {
-		return []string{node}, nil
-	}
-	return nil, nil
 }
 
-// onNodeMaintenance re-examines the node a NodeMaintenance names, and its Surges.
-func (c *Controller) onNodeMaintenance(obj any) {
-	nodes, _ := maintenanceNode(obj)
-	for _, n := range nodes {
-		c.enqueueNode(n)
-		c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n })
-	}
-}
-
-// onClusterPolicy re-examines the nodes a driver upgrade concerns: the upgrade policy shapes its
-// prediction.
-func (c *Controller) onClusterPolicy(any) {
-	nodes, _ := c.nodes.List(labels.Everything())
-	for _, n := range nodes {
-		if trigger.ReadGPUNode(n).Managed() {
-			c.enqueueNode(n.Name)
+// onSourceObject re-examines what an object of a source's resource concerns: the node it names and
+// its Surges, or the nodes its source says it affects.
+func (c *Controller) onSourceObject(r trigger.Resource) func(any) {
+	return func(obj any) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if r.NodeOf != nil {
+			if n := r.NodeOf(u); n != "" {
+				c.enqueueNode(n)
+				c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Node == n })
+			}
+		}
+		if r.Affects != nil {
+			for _, n := range r.Affects(c.sources.view, u) {
+				c.enqueueNode(n)
+			}
 		}
 	}
 }
@@ -290,7 +285,7 @@ func (c *Controller) observeDrain(obs *guardian.Observation, mcoDrain guardian.N
 	}
 	obs.SourceDraining = sig.Phase == trigger.PhaseDraining && sig.Drain == s.Spec.Drain
 	obs.SourceBack = sig.Back
-	obs.SourceRolloutOver = t != guardian.TriggerGPUDriverUpgrade || c.sources.gpuRolloutOver()
+	obs.SourceRolloutOver = c.sources.rolloutOver(trigger.Name(t))
 }
 
 // reportDrainFailed reports, once per drain, a Surge serving a node whose source gave up on its
@@ -315,46 +310,41 @@ func (c *Controller) reportDrainFailed(sc *surgeCase, obs guardian.Observation) 
 		t, s.Spec.Node, sig.Detail, s.Name)
 }
 
-// gpuWillDrain reports whether the driver upgrade has still to drain the node: it waits to be
-// picked, or is between its selection and its end.
-func gpuWillDrain(n *corev1.Node) bool {
-	return trigger.ReadGPUNode(n).Pending() || (trigger.GPUDriverUpgrades{}).Signal(n).Active()
-}
-
-// gpuLookaheadRoom is what a look-ahead surge ahead of the driver upgrade may use: capacity on nodes
-// neither the upgrade nor an MCO update will drain, after the replacements the stalls on the nodes
-// upgrading now will ask for (as lookaheadRoom is for the MCO).
-func (c *Controller) gpuLookaheadRoom(pool string) *guardian.Lookahead {
-	plan := trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy())
+// sourceLookaheadRoom is what a surge ahead of a source's drain may use: capacity on nodes no
+// source and no MCO update will drain, after the replacements the stalls on the nodes the source
+// drains now will ask for (as lookaheadRoom is for the MCO).
+func (c *Controller) sourceLookaheadRoom(t guardian.Trigger, pool string) *guardian.Lookahead {
 	pools := c.newPoolLookup()
 	return &guardian.Lookahead{
 		CapacityWanted: c.drains.capacityWanted(pool),
-		WillNotDrain:   func(n *corev1.Node) bool { return !gpuWillDrain(n) && mco.WillNotDrain(n, pools.of(n)) },
-		Unserved:       c.unservedStalls(plan.Upgrading),
+		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
+		Unserved:       c.unservedStalls(c.sources.drainingNodes(trigger.Name(t))),
 	}
 }
 
-// enqueueGPUPredicted re-examines the nodes the driver upgrade will pick next when a node it
-// concerns changes: one node finishing moves the prediction along.
-func (c *Controller) enqueueGPUPredicted(node *corev1.Node) {
-	if !c.sources.gpu || c.cfg.Lookahead == 0 || !trigger.ReadGPUNode(node).Managed() {
-		return
-	}
-	for _, n := range trigger.PredictGPUUpgrades(c.sources.nodes(), c.sources.policy()).Predicted(c.cfg.Lookahead) {
-		c.enqueueNode(n.Name)
+// willNotDrain reports whether neither the MCO's update (mco.WillNotDrain) nor any other source will
+// drain the node: a place for a replacement, and for the survivors of a restore.
+func (c *Controller) willNotDrain(n *corev1.Node, pools *poolLookup) bool {
+	return mco.WillNotDrain(n, pools.of(n)) && !c.sources.willDrain(n)
+}
+
+// enqueueUpcoming re-examines the nodes the sources will pick next when a node they concern
+// changes: one node finishing moves the prediction along.
+func (c *Controller) enqueueUpcoming(node *corev1.Node) {
+	for _, n := range c.sources.upcoming(node) {
+		c.enqueueNode(n)
 	}
 }
 
-// willDrain reports whether a source other than the MCO has a drain of the node under way, picked
-// or planned (a NodeMaintenance pending, MaintenancePlanned): a replacement placed there would
-// have to move again.
+// willDrain reports whether a source other than the MCO is still to drain the node (waiting to be
+// picked, planned, picked, draining): a replacement placed there would have to move again.
 func (s *sources) willDrain(n *corev1.Node) bool {
-	for _, sig := range s.read(n, false) {
-		if sig.Active() {
+	for _, k := range s.kinds {
+		if k.WillDrain != nil && k.WillDrain(s.view, n) {
 			return true
 		}
 	}
-	return s.lifecycle && (trigger.NodeLifecycles{Predict: true}).Signal(n).Active()
+	return false
 }
 
 // drainingNow reports whether a source other than the MCO has picked the node, or is draining it or

@@ -53,7 +53,7 @@ func TestGPUDriverUpgradeSurgesAtSelectionEvictsWhileDeletingAndRestoresWhenDone
 
 	h.surgeNode("w1", depSurge)
 	s := h.mustSurge(depSurge)
-	if s.Spec.Trigger != string(guardian.TriggerGPUDriverUpgrade) || s.Spec.Drain != "gpu-driver-upgrade" || h.replicas() != 2 {
+	if s.Spec.Trigger != string(guardian.Trigger(trigger.GPUDriverUpgrade)) || s.Spec.Drain != "gpu-driver-upgrade" || h.replicas() != 2 {
 		t.Fatalf("Surge trigger %q drain %q, replicas %d; want GPUDriverUpgrade, gpu-driver-upgrade, 2", s.Spec.Trigger, s.Spec.Drain, h.replicas())
 	}
 	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "would block the coming driver upgrade of node w1")
@@ -189,7 +189,7 @@ func TestNodeMaintenanceSurgesEvictsAndRestoresAfterDeletion(t *testing.T) {
 	h.allowEvictions()
 	h.refresh()
 	h.surgeNode("w1", depSurge)
-	if s := h.mustSurge(depSurge); s.Spec.Trigger != string(guardian.TriggerNodeMaintenance) || s.Spec.Drain != "nodemaintenance/nm-w1/nm-uid" {
+	if s := h.mustSurge(depSurge); s.Spec.Trigger != string(guardian.Trigger(trigger.NodeMaintenance)) || s.Spec.Drain != "nodemaintenance/nm-w1/nm-uid" {
 		t.Fatalf("Surge trigger %q drain %q", s.Spec.Trigger, s.Spec.Drain)
 	}
 	requireEvent(t, h.events(), "Normal", ReasonStallDetected, "blocks the maintenance drain of node w1")
@@ -236,7 +236,7 @@ func TestGPUDriverUpgradeLookahead(t *testing.T) {
 	h := newHarness(t, nil, gpuAhead(done, waiting, done)...)
 	h.syncNode("w2")
 	s := h.mustSurge(depSurge)
-	if s.Spec.Trigger != string(guardian.TriggerGPUDriverUpgrade) || s.Spec.Drain != "gpu-driver-upgrade" || h.lookahead(lookaheadSurged) != 1 {
+	if s.Spec.Trigger != string(guardian.Trigger(trigger.GPUDriverUpgrade)) || s.Spec.Drain != "gpu-driver-upgrade" || h.lookahead(lookaheadSurged) != 1 {
 		t.Fatalf("look-ahead: trigger %q drain %q, lookahead surged %v", s.Spec.Trigger, s.Spec.Drain, h.lookahead(lookaheadSurged))
 	}
 	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "would block the driver upgrade of the GPU Operator's next pick, node w2")
@@ -311,10 +311,10 @@ func TestNodeLifecycleSurgesWhenPlannedEvictsWhileDrainingAndRestores(t *testing
 	h.refresh()
 	h.surgeNode("w1", depSurge)
 	s := h.mustSurge(depSurge)
-	if s.Spec.Trigger != string(guardian.TriggerNodeLifecycle) || s.Spec.Drain != "lifecycle-"+t0.UTC().Format("2006-01-02T15:04:05Z07:00") || h.replicas() != 2 {
+	if s.Spec.Trigger != string(guardian.Trigger(trigger.NodeLifecycle)) || s.Spec.Drain != "lifecycle-"+t0.UTC().Format("2006-01-02T15:04:05Z07:00") || h.replicas() != 2 {
 		t.Fatalf("Surge trigger %q drain %q replicas %d; want NodeLifecycle, the plan's time, 2", s.Spec.Trigger, s.Spec.Drain, h.replicas())
 	}
-	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "planned maintenance")
+	requireEvent(t, h.events(), "Normal", ReasonStallPredicted, "would block the maintenance drain of a node planned for maintenance")
 
 	h.addPod(modelPod("model-abc-b", "w2", true))
 	h.refresh()
@@ -322,7 +322,10 @@ func TestNodeLifecycleSurgesWhenPlannedEvictsWhileDrainingAndRestores(t *testing
 	if h.phase(depSurge) != v1alpha1.PhaseReady || h.evictions() != 0 {
 		t.Fatalf("planned only: phase %s, evictions %d; want Ready and none", h.phase(depSurge), h.evictions())
 	}
-	h.updateNode("w1", func(n *corev1.Node) { lifecycle(trigger.ConditionDrainInProgress, true)(n); n.Spec.Unschedulable = true })
+	h.updateNode("w1", func(n *corev1.Node) {
+		lifecycle(trigger.ConditionDrainInProgress, true)(n)
+		n.Spec.Unschedulable = true
+	})
 	h.refresh()
 	h.settle(depSurge)
 	if h.evictions() == 0 {

@@ -13,7 +13,6 @@ import (
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
-	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -45,8 +44,8 @@ func (c *Controller) observeStalls(obs *nodeObservation) error {
 		obs.wave.Stalls = append(obs.wave.Stalls, st)
 	}
 	switch {
-	case obs.wave.Drain.Trigger == guardian.TriggerGPUDriverUpgrade && obs.wave.Drain.Predicted:
-		obs.wave.Lookahead = c.gpuLookaheadRoom(obs.pool)
+	case guardian.FromSource(obs.wave.Drain.Trigger) && obs.wave.Drain.Predicted:
+		obs.wave.Lookahead = c.sourceLookaheadRoom(obs.wave.Drain.Trigger, obs.pool)
 	case obs.wave.Drain.Lookahead():
 		obs.wave.Lookahead = c.lookaheadRoom(obs.pool)
 	}
@@ -90,7 +89,7 @@ func (c *Controller) lookaheadRoom(pool string) *guardian.Lookahead {
 	pools := c.newPoolLookup()
 	room := &guardian.Lookahead{
 		CapacityWanted: c.drains.capacityWanted(pool),
-		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) && !c.sources.willDrain(n) },
+		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
 	}
 	if p != nil {
 		room.Unserved = c.unservedStalls(c.plan(p).Updating)

@@ -649,7 +649,7 @@ func (c *Controller) steerScaleDown(ctx context.Context, s *v1alpha1.Surge, pods
 			return 0
 		case c.updatingNow(n):
 			return 1
-		case !mco.WillNotDrain(n, pools.of(n)) || (c.sources.gpu && gpuWillDrain(n)):
+		case !c.willNotDrain(n, pools):
 			return 2
 		}
 		return rankSafe

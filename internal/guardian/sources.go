@@ -4,21 +4,11 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
-// The triggers of the drains that do not come from the MCO (package trigger reads them).
-const (
-	// TriggerGPUDriverUpgrade: the NVIDIA GPU Operator's upgrade controller is moving the node to a
-	// new driver.
-	TriggerGPUDriverUpgrade = Trigger(trigger.GPUDriverUpgrade)
-	// TriggerNodeMaintenance: a NodeMaintenance object asks for the node to be drained.
-	TriggerNodeMaintenance = Trigger(trigger.NodeMaintenance)
-	// TriggerNodeLifecycle: the node's lifecycle conditions (KEP-5683) announce its drain.
-	TriggerNodeLifecycle = Trigger(trigger.NodeLifecycle)
-)
-
-// FromSource reports whether a trigger names a source of package trigger rather than the MCO or a
-// plain cordon.
+// FromSource reports whether a trigger names a source of the table trigger.Kinds rather than the
+// MCO or a plain cordon.
 func FromSource(t Trigger) bool {
-	return t == TriggerGPUDriverUpgrade || t == TriggerNodeMaintenance || t == TriggerNodeLifecycle
+	_, ok := trigger.KindOf(trigger.Name(t))
+	return ok
 }
 
 // mcoSignal is the MCO's (or a plain cordon's) answer as a signal, so that it can be weighed against

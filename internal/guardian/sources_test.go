@@ -27,19 +27,19 @@ func TestDominantDrain(t *testing.T) {
 		{"a cordon still in its grace period keeps its recheck", NodeDrain{RecheckAfter: 5}, []trigger.Signal{gpu(trigger.PhaseOver)}, NodeDrain{RecheckAfter: 5}},
 		{"MCO alone", mcoDrain, []trigger.Signal{gpu(trigger.PhaseNone)}, mcoDrain},
 		{"driver upgrade picked the node", NodeDrain{}, []trigger.Signal{gpu(trigger.PhaseTargeted)},
-			NodeDrain{Trigger: TriggerGPUDriverUpgrade, Drain: "gpu-driver-upgrade", Detail: "state"}},
+			NodeDrain{Trigger: Trigger(trigger.GPUDriverUpgrade), Drain: "gpu-driver-upgrade", Detail: "state"}},
 		{"driver upgrade predicted", NodeDrain{}, []trigger.Signal{gpu(trigger.PhasePredicted)},
-			NodeDrain{Trigger: TriggerGPUDriverUpgrade, Drain: "gpu-driver-upgrade", Detail: "state", Predicted: true}},
+			NodeDrain{Trigger: Trigger(trigger.GPUDriverUpgrade), Drain: "gpu-driver-upgrade", Detail: "state", Predicted: true}},
 		{"both draining: the MCO wins the tie", mcoDrain, []trigger.Signal{gpu(trigger.PhaseDraining)}, mcoDrain},
 		{"the upgrade drains a node the MCO only targeted", targeted, []trigger.Signal{gpu(trigger.PhaseDraining)},
-			NodeDrain{Trigger: TriggerGPUDriverUpgrade, Drain: "gpu-driver-upgrade", Detail: "state", Draining: true}},
+			NodeDrain{Trigger: Trigger(trigger.GPUDriverUpgrade), Drain: "gpu-driver-upgrade", Detail: "state", Draining: true}},
 		{"a maintenance drains a node the upgrade only picked", NodeDrain{}, []trigger.Signal{gpu(trigger.PhaseTargeted), nm(trigger.PhaseDraining)},
-			NodeDrain{Trigger: TriggerNodeMaintenance, Drain: "nodemaintenance/nm/uid", Draining: true}},
+			NodeDrain{Trigger: Trigger(trigger.NodeMaintenance), Drain: "nodemaintenance/nm/uid", Draining: true}},
 		{"a cordon the upgrade explains is the upgrade's", cordoned, []trigger.Signal{gpu(trigger.PhaseDrained)},
-			NodeDrain{Trigger: TriggerGPUDriverUpgrade, Drain: "gpu-driver-upgrade", Detail: "state"}},
+			NodeDrain{Trigger: Trigger(trigger.GPUDriverUpgrade), Drain: "gpu-driver-upgrade", Detail: "state"}},
 		{"a cordon nobody explains", cordoned, []trigger.Signal{gpu(trigger.PhaseOver)}, cordoned},
 		{"a failed upgrade keeps its drain and no trigger", cordoned, []trigger.Signal{gpu(trigger.PhaseFailed)},
-			NodeDrain{Drain: "gpu-driver-upgrade", Detail: "state", Failed: TriggerGPUDriverUpgrade}},
+			NodeDrain{Drain: "gpu-driver-upgrade", Detail: "state", Failed: Trigger(trigger.GPUDriverUpgrade)}},
 		{"a failed upgrade yields to an MCO drain", mcoDrain, []trigger.Signal{gpu(trigger.PhaseFailed)}, mcoDrain},
 	}
 	for _, tt := range cases {
@@ -62,7 +62,7 @@ func TestDrainsListsEverySourcesCurrentDrain(t *testing.T) {
 
 // gpuSurge makes the test Surge one made for a driver upgrade of its node, picked, not cordoned.
 func gpuSurge(s *v1alpha1.Surge) {
-	s.Spec.Trigger, s.Spec.Drain = string(TriggerGPUDriverUpgrade), "gpu-driver-upgrade"
+	s.Spec.Trigger, s.Spec.Drain = string(Trigger(trigger.GPUDriverUpgrade)), "gpu-driver-upgrade"
 }
 
 // sourceCases are the lifecycle of a surge made for a source other than the MCO: the MCO pool's

@@ -1,7 +1,10 @@
 package trigger
 
 import (
+	"sort"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Node labels and annotations of the GPU Operator's upgrade controller. They are the formats of
@@ -88,7 +91,7 @@ func (n GPUNode) Managed() bool { return n.State != "" }
 // skipped. A skipped node stays in upgrade-required for as long as it carries the skip label.
 func (n GPUNode) Pending() bool { return n.State == GPUStateUpgradeRequired && !n.Skip }
 
-// GPUDriverUpgrades is the GPU Operator's driver upgrade as a trigger Source, for one analysis pass.
+// GPUDriverUpgrades reads the GPU Operator's driver upgrade of a node, for one analysis pass.
 type GPUDriverUpgrades struct {
 	// Predicted holds the names of the nodes in upgrade-required that the upgrade controller is
 	// expected to pick soon enough to surge ahead (from PredictGPUUpgrades and the look-ahead). Other
@@ -100,11 +103,6 @@ type GPUDriverUpgrades struct {
 	// the two. Nodes missing from it share one id per upgrade.
 	Rollouts map[string]string
 }
-
-var _ Source = GPUDriverUpgrades{}
-
-// Name is GPUDriverUpgrade.
-func (GPUDriverUpgrades) Name() Name { return GPUDriverUpgrade }
 
 // Signal maps the node's upgrade state to the phase of its drain. A node without the state label,
 // with a state this version does not know, or skipped while upgrade-required, is PhaseNone; a
@@ -139,5 +137,127 @@ func newSignal(source Name, phase Phase, drain, detail string, node *corev1.Node
 		Drain:  drain,
 		Detail: detail,
 		Back:   (phase == PhaseNone || phase == PhaseOver) && !node.Spec.Unschedulable,
+	}
+}
+
+// GPUDriverUpgradeKind registers the driver upgrade in Kinds. It reads the node's state label and
+// the ClusterPolicy's upgrade policy (DefaultUpgradePolicy when none can be read: the labels still
+// say where each node stands).
+var GPUDriverUpgradeKind = Kind{
+	Name:    GPUDriverUpgrade,
+	Noun:    "driver upgrade",
+	Next:    "the GPU Operator's next pick",
+	Enabled: func(s Switches) bool { return s.GPUDriverUpgrades },
+	Resources: []Resource{{
+		GVR: ClusterPolicyGVR,
+		// The upgrade policy shapes the prediction of every managed node.
+		Affects: func(v View, _ *unstructured.Unstructured) []string {
+			var out []string
+			for _, n := range v.Nodes() {
+				if ReadGPUNode(n).Managed() {
+					out = append(out, n.Name)
+				}
+			}
+			return out
+		},
+		Slim: slimClusterPolicy,
+	}},
+	Signal: func(v View, node *corev1.Node, predict bool) Signal {
+		var predicted map[string]bool
+		// The prediction reads every node: only for a node waiting to be picked.
+		if predict && v.Lookahead() > 0 && ReadGPUNode(node).Pending() {
+			predicted = map[string]bool{}
+			for _, n := range gpuPlan(v).Predicted(v.Lookahead()) {
+				predicted[n.Name] = true
+			}
+		}
+		return GPUDriverUpgrades{Predicted: predicted}.Signal(node)
+	},
+	Upcoming: func(v View, node *corev1.Node) []string {
+		if v.Lookahead() == 0 || !ReadGPUNode(node).Managed() {
+			return nil
+		}
+		var out []string
+		for _, n := range gpuPlan(v).Predicted(v.Lookahead()) {
+			out = append(out, n.Name)
+		}
+		return out
+	},
+	WillDrain:   func(_ View, n *corev1.Node) bool { return gpuWillDrain(n) },
+	DrainingNow: func(v View) []*corev1.Node { return gpuPlan(v).Upgrading },
+	RolloutOver: func(v View) bool {
+		for _, n := range v.Nodes() {
+			if gpuWillDrain(n) {
+				return false
+			}
+		}
+		return true
+	},
+	Rollout: gpuRollout,
+}
+
+// GPUDriverUpgradePool names the pseudo-pool of the nodes a driver upgrade drains in `check`.
+const GPUDriverUpgradePool = "(gpu driver upgrade)"
+
+// gpuWillDrain reports whether the driver upgrade has still to drain the node: it waits to be
+// picked, or is between its selection and its end.
+func gpuWillDrain(n *corev1.Node) bool {
+	return ReadGPUNode(n).Pending() || (GPUDriverUpgrades{}).Signal(n).Active()
+}
+
+// gpuPolicy is the upgrade policy of the ClusterPolicy the GPU Operator acts on, or its default.
+func gpuPolicy(v View) UpgradePolicy {
+	p, err := ActiveUpgradePolicy(v.Objects(ClusterPolicyGVR))
+	if err != nil {
+		v.Logf("reading the ClusterPolicy's upgrade policy, assuming the default: %v", err)
+		return DefaultUpgradePolicy()
+	}
+	return p
+}
+
+// gpuPlan predicts the upgrade controller's next picks.
+func gpuPlan(v View) UpgradePlan {
+	return PredictGPUUpgrades(v.Nodes(), gpuPolicy(v))
+}
+
+// gpuRollout is the driver upgrade as `check` predicts it: the one under way (nodes upgrading,
+// then the next picks, then the other waiting nodes by name) or, when none is, the next one: every
+// managed node not skipped, by name. Failed nodes are left out: nothing drains them any more. ok is
+// false when no node is managed by the upgrade controller.
+func gpuRollout(v View) (Rollout, bool) {
+	policy := gpuPolicy(v)
+	plan := PredictGPUUpgrades(v.Nodes(), policy)
+	var order []*corev1.Node
+	for _, n := range append(append(append([]*corev1.Node{}, plan.Upgrading...), plan.Next...), plan.Candidates...) {
+		if n.Labels[GPUUpgradeStateLabel] != GPUStateFailed {
+			order = append(order, n)
+		}
+	}
+	if len(order) == 0 {
+		for _, n := range v.Nodes() {
+			if g := ReadGPUNode(n); g.Managed() && !g.Skip {
+				order = append(order, n)
+			}
+		}
+		sort.Slice(order, func(i, j int) bool { return order[i].Name < order[j].Name })
+	}
+	if len(order) == 0 && len(plan.Skipped) == 0 {
+		return Rollout{}, false
+	}
+	width := max(plan.MaxUnavailable, 1)
+	if policy.MaxParallelUpgrades > 0 {
+		width = min(width, policy.MaxParallelUpgrades)
+	}
+	return Rollout{Name: GPUDriverUpgradePool, Drain: gpuDrainID(""), Width: width, Order: order}, true
+}
+
+// slimClusterPolicy keeps, of a ClusterPolicy, its metadata and spec.driver.upgradePolicy: the rest
+// of its spec configures a dozen operands.
+func slimClusterPolicy(u *unstructured.Unstructured) {
+	policy, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "driver", "upgradePolicy")
+	delete(u.Object, "spec")
+	delete(u.Object, "status")
+	if found {
+		_ = unstructured.SetNestedField(u.Object, policy, "spec", "driver", "upgradePolicy")
 	}
 }

@@ -12,6 +12,30 @@ import (
 // free-form, so any API server stores them and this source works on any version.
 const NodeLifecycle Name = "NodeLifecycle"
 
+// NodeLifecycleKind registers the Node lifecycle conditions in Kinds. They are read from the node
+// itself: no API to watch, nothing to grant. MaintenancePlanned is predicted with --lookahead.
+var NodeLifecycleKind = Kind{
+	Name:    NodeLifecycle,
+	Noun:    "maintenance drain",
+	Next:    "a node planned for maintenance (MaintenancePlanned)",
+	Enabled: func(s Switches) bool { return s.NodeLifecycle },
+	Signal: func(v View, node *corev1.Node, predict bool) Signal {
+		return NodeLifecycles{Predict: predict && v.Lookahead() > 0}.Signal(node)
+	},
+	WillDrain: func(_ View, node *corev1.Node) bool {
+		return NodeLifecycles{Predict: true}.Signal(node).Active()
+	},
+	DrainingNow: func(v View) []*corev1.Node {
+		var out []*corev1.Node
+		for _, n := range v.Nodes() {
+			if (NodeLifecycles{}).Signal(n).Phase == PhaseDraining {
+				out = append(out, n)
+			}
+		}
+		return out
+	},
+}
+
 // The Node lifecycle condition types (KEP-5683).
 const (
 	ConditionMaintenancePlanned    corev1.NodeConditionType = "MaintenancePlanned"
@@ -38,9 +62,6 @@ var lifecyclePhases = []struct {
 type NodeLifecycles struct {
 	Predict bool
 }
-
-// Name is the source's name.
-func (NodeLifecycles) Name() Name { return NodeLifecycle }
 
 // Signal is the node's drain as its lifecycle conditions announce it: the furthest phase whose
 // condition is True (DrainInProgress beats MaintenancePlanned). The drain id is the time the

@@ -149,13 +149,10 @@ func phaseOf(obj *unstructured.Unstructured, phases map[string]Phase, status str
 	return phase
 }
 
-// NodeMaintenances is the NodeMaintenance objects of both kinds as one trigger Source, for one
-// analysis pass.
+// NodeMaintenances reads the NodeMaintenance objects of both kinds, for one analysis pass.
 type NodeMaintenances struct {
 	byNode map[string][]Maintenance
 }
-
-var _ Source = NodeMaintenances{}
 
 // NewNodeMaintenances indexes maintenances by node, each node's in ID order.
 func NewNodeMaintenances(maintenances []Maintenance) NodeMaintenances {
@@ -168,9 +165,6 @@ func NewNodeMaintenances(maintenances []Maintenance) NodeMaintenances {
 	}
 	return NodeMaintenances{byNode: byNode}
 }
-
-// Name is NodeMaintenance.
-func (NodeMaintenances) Name() Name { return NodeMaintenance }
 
 // maxDetail bounds the text a Signal carries from a status other parties write.
 const maxDetail = 256
@@ -196,4 +190,57 @@ func (n NodeMaintenances) Signal(node *corev1.Node) Signal {
 		signals = append(signals, newSignal(NodeMaintenance, m.Phase, "nodemaintenance/"+m.ID, detail, node))
 	}
 	return Dominant(signals...)
+}
+
+// NodeMaintenanceKind registers the NodeMaintenance objects of both kinds in Kinds, each read when
+// the cluster serves it. An object that cannot be read is skipped (and logged): the guardian acts
+// on nothing it cannot explain.
+var NodeMaintenanceKind = Kind{
+	Name:    NodeMaintenance,
+	Noun:    "maintenance drain",
+	Enabled: func(s Switches) bool { return s.NodeMaintenance },
+	Resources: []Resource{
+		{GVR: Medik8sNodeMaintenanceGVR, NodeOf: NodeName},
+		{GVR: NVIDIANodeMaintenanceGVR, NodeOf: NodeName},
+	},
+	Signal: func(v View, node *corev1.Node, _ bool) Signal {
+		return NewNodeMaintenances(maintenancesOf(v, node.Name)).Signal(node)
+	},
+	WillDrain: func(v View, node *corev1.Node) bool {
+		return NewNodeMaintenances(maintenancesOf(v, node.Name)).Signal(node).Active()
+	},
+	DrainingNow: func(v View) []*corev1.Node {
+		var out []*corev1.Node
+		for _, n := range v.Nodes() {
+			if NewNodeMaintenances(maintenancesOf(v, n.Name)).Signal(n).Phase == PhaseDraining {
+				out = append(out, n)
+			}
+		}
+		return out
+	},
+}
+
+// maintenanceReaders reads each NodeMaintenance kind.
+var maintenanceReaders = []struct {
+	gvr  schema.GroupVersionResource
+	read func(*unstructured.Unstructured) (Maintenance, error)
+}{
+	{Medik8sNodeMaintenanceGVR, ReadMedik8sNodeMaintenance},
+	{NVIDIANodeMaintenanceGVR, ReadNVIDIANodeMaintenance},
+}
+
+// maintenancesOf reads the NodeMaintenance objects of every kind served that name the node.
+func maintenancesOf(v View, node string) []Maintenance {
+	var out []Maintenance
+	for _, k := range maintenanceReaders {
+		for _, u := range v.ObjectsOn(k.gvr, node) {
+			m, err := k.read(u)
+			if err != nil {
+				v.Logf("skipping a NodeMaintenance: %v", err)
+				continue
+			}
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -1,16 +1,13 @@
-// Package trigger reads drains of nodes that do not come from the Machine Config Operator: NVIDIA GPU
-// Operator driver upgrades (gpuoperator.go) and node maintenance requests (nodemaintenance.go). Each
-// source answers the same question the MCO reader answers in package guardian (NodeTrigger): for one
-// node, now, is a drain coming, under way, finished or given up, and which drain is it.
+// Package trigger reads drains of nodes that do not come from the Machine Config Operator, one file
+// per source, each registered in the table Kinds (kinds.go): NVIDIA GPU Operator driver upgrades
+// (gpuoperator.go), node maintenance requests (nodemaintenance.go) and Node lifecycle conditions
+// (nodelifecycle.go). Each source answers the same question the MCO reader answers in package
+// guardian (NodeTrigger): for one node, now, is a drain coming, under way, finished or given up,
+// and which drain is it.
 //
-// Everything here is a pure function of objects read from listers: drain-guardian never writes the
-// labels or resources these operators own. A source is built for one analysis pass from a snapshot
-// of what the controller listed, then asked node by node.
+// Everything here is a pure function of objects read from the informers' caches through a View:
+// drain-guardian never writes the labels or resources these operators own.
 package trigger
-
-import (
-	corev1 "k8s.io/api/core/v1"
-)
 
 // Name names a trigger source. It is the value of the `trigger` metric label and appears in Events,
 // so the set of values is small and fixed.
@@ -94,15 +91,6 @@ func (s Signal) CurrentDrain() string {
 		return s.Drain
 	}
 	return ""
-}
-
-// Source is one kind of drain, read from a snapshot of the cluster taken for one analysis pass.
-// Signal must be a pure function of that snapshot and node.
-type Source interface {
-	// Name is the trigger's name.
-	Name() Name
-	// Signal is the source's view of node.
-	Signal(node *corev1.Node) Signal
 }
 
 // urgency orders phases for Dominant: the one that calls for action soonest first.
