@@ -149,7 +149,7 @@ func (c *Controller) prepareInput(config string, nodes []*nodeObservation, capac
 		Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
 		Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
 		CapacityWanted: capacityWanted,
-		WillNotDrain:   func(n *corev1.Node) bool { return mco.WillNotDrain(n, pools.of(n)) },
+		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
 	}
 	for _, obs := range nodes {
 		p.Nodes = append(p.Nodes, guardian.PrepareNode{Node: obs.node.Name, Stalls: obs.wave.Stalls})

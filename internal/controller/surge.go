@@ -258,7 +258,7 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 			continue
 		}
 		survivors++
-		if mco.WillNotDrain(node, pools.of(node)) {
+		if c.willNotDrain(node, pools) {
 			safe++
 		}
 	}
