@@ -50,7 +50,7 @@ const (
 )
 
 // installable are the kustomizations an admin applies to install the daemon.
-var installable = []string{"base", "overlays/openshift", "overlays/kubernetes"}
+var installable = []string{"base", "overlays/openshift", "overlays/kubernetes", "overlays/openshift-read-machineconfigs"}
 
 // requiredAlerts are the alerts the documentation promises.
 var requiredAlerts = []string{
@@ -1064,5 +1064,34 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	if cm.Data[d.Spec.ConfigMapRef.Key] != string(want) {
 		t.Errorf("ConfigMap key %q does not carry dashboards/drain-guardian.json unchanged", d.Spec.ConfigMapRef.Key)
+	}
+}
+
+// The opt-in read of rendered MachineConfigs grants exactly what --read-machineconfigs reads, to
+// the guardian alone, and turns the flag on; no other install grants it.
+func TestReadMachineConfigsComponent(t *testing.T) {
+	for _, dir := range installable {
+		r, _ := render(t, dir)
+		dep := find[*appsv1.Deployment](t, r, "drain-guardian")
+		on := slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--read-machineconfigs")
+		var role *rbacv1.ClusterRole
+		for _, o := range r.objects {
+			if cr, ok := o.(*rbacv1.ClusterRole); ok && cr.Name == "drain-guardian-read-machineconfigs" {
+				role = cr
+			}
+		}
+		if want := dir == "overlays/openshift-read-machineconfigs"; on != want || (role != nil) != want {
+			t.Errorf("%s: flag %v, ClusterRole %v; want both %v", dir, on, role != nil, want)
+			continue
+		}
+		if role == nil {
+			continue
+		}
+		compareRules(t, "ClusterRole drain-guardian-read-machineconfigs", role.Rules, rbac.ReadMachineConfigsRules())
+		crb := find[*rbacv1.ClusterRoleBinding](t, r, "drain-guardian-read-machineconfigs")
+		sa := rbacv1.Subject{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}
+		if crb.RoleRef.Name != role.Name || !slices.Equal(crb.Subjects, []rbacv1.Subject{sa}) {
+			t.Errorf("ClusterRoleBinding %+v does not bind %s to the guardian alone", crb, role.Name)
+		}
 	}
 }

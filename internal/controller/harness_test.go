@@ -67,7 +67,7 @@ func newHarnessServing(t *testing.T, mutate func(*options.Options), apis []*meta
 	var kubeObjs, mcoObjs []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
-		case *mcfgv1.MachineConfigPool, *mcfgv1.MachineConfigNode:
+		case *mcfgv1.MachineConfigPool, *mcfgv1.MachineConfigNode, *mcfgv1.MachineConfig:
 			mcoObjs = append(mcoObjs, o)
 		default:
 			kubeObjs = append(kubeObjs, o)
@@ -96,7 +96,9 @@ var medik8sAPI = &metav1.APIResourceList{
 
 func newSurgeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.SurgesResource: "SurgeList", trigger.Medik8sNodeMaintenanceGVR: "NodeMaintenanceList"}, objs...)
+		map[schema.GroupVersionResource]string{
+			v1alpha1.SurgesResource: "SurgeList", trigger.Medik8sNodeMaintenanceGVR: "NodeMaintenanceList", machineConfigurationGVR: "MachineConfigurationList",
+		}, objs...)
 }
 
 // restart builds a guardian with empty memory over existing clientsets: a crash and restart.
@@ -168,6 +170,9 @@ func (h *harness) refresh() {
 		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
 		mcns, _ := h.mco.MachineconfigurationV1().MachineConfigNodes().List(ctx, metav1.ListOptions{})
 		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigNodes().Informer().GetIndexer(), toObjs(mcns.Items))
+		if rc := h.c.answers.rendered; rc != nil {
+			h.fillRendered(rc)
+		}
 	}
 	if r := h.c.draFactory; r != nil {
 		transform = dra.Slim
@@ -506,3 +511,37 @@ func hpaFor(min *int32, max int32) *autoscalingv2.HorizontalPodAutoscaler {
 
 // depSurge is the name of the Surge of the "model" Deployment.
 const depSurge = "deployment-model"
+
+// fillRendered fills the caches of --read-machineconfigs through their transforms.
+func (h *harness) fillRendered(rc *renderedConfigs) {
+	h.t.Helper()
+	ctx := context.Background()
+	idx := h.c.mcoFactory.Machineconfiguration().V1().MachineConfigs().Informer().GetIndexer()
+	mcs, _ := h.mco.MachineconfigurationV1().MachineConfigs().List(ctx, metav1.ListOptions{})
+	var objs []any
+	for i := range mcs.Items {
+		slimmed, err := slimMachineConfig(&mcs.Items[i])
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		objs = append(objs, slimmed)
+	}
+	if err := idx.Replace(objs, ""); err != nil {
+		h.t.Fatal(err)
+	}
+	if rc.operator == nil {
+		return
+	}
+	list, err := h.dyn.Resource(machineConfigurationGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	objs = nil
+	for i := range list.Items {
+		slimmed, _ := slimSource(trigger.Resource{Slim: slimMachineConfiguration})(&list.Items[i])
+		objs = append(objs, slimmed)
+	}
+	if err := rc.operator.Replace(objs, ""); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -21,6 +21,10 @@ type mcdAnswers struct {
 	mcns  mcfglisters.MachineConfigNodeLister
 	nodes func() []*corev1.Node
 
+	// rendered computes the answer from the rendered MachineConfigs when nothing else has
+	// answered; nil without --read-machineconfigs.
+	rendered *renderedConfigs
+
 	mu     sync.Mutex
 	cached mco.Answers
 }
@@ -37,7 +41,10 @@ func (a *mcdAnswers) mcn(node string) *mcfgv1.MachineConfigNode {
 	return m
 }
 
-// need answers for the node's update (targeted, or the pool's next for it).
+// need answers for the node's update (targeted, or the pool's next for it): the daemon's own
+// answer first, then another node's on the same update, then, with --read-machineconfigs, the
+// daemon's decision computed from the rendered configs. The daemon's answer always wins: it is
+// what the node will do.
 func (a *mcdAnswers) need(node *corev1.Node, pool *mcfgv1.MachineConfigPool) mco.Answer {
 	if ans := mco.NodeAnswer(node, a.mcn(node.Name)); ans.Known() {
 		return ans
@@ -46,7 +53,10 @@ func (a *mcdAnswers) need(node *corev1.Node, pool *mcfgv1.MachineConfigPool) mco
 	if !ok {
 		return mco.Answer{Reason: "the node has no update pending"}
 	}
-	return a.all().For(u)
+	if ans := a.all().For(u); ans.Known() || a.rendered == nil {
+		return ans
+	}
+	return a.rendered.decide(u)
 }
 
 // all is every targeted node's answer, collected once per change.
@@ -83,7 +93,7 @@ func (c *Controller) watchMachineConfigNodes() error {
 		return err
 	}
 	c.synced = append(c.synced, inf.Informer().HasSynced)
-	return nil
+	return c.watchRenderedConfigs()
 }
 
 // onMachineConfigNode re-examines the node (its update may now be known to drain, or not), its

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"strings"
 	"testing"
 
@@ -326,4 +328,70 @@ func TestPreparedWhilePDBStatusLags(t *testing.T) {
 	h.settle(depSurge)
 	h.syncPool()
 	requireEvent(t, h.events(), "Normal", ReasonPoolPrepared, "1 of 1")
+}
+
+// renderedConfig is a rendered MachineConfig with the given SSH key and kernel arguments.
+func renderedConfig(name, sshKey string, kargs ...string) *mcfgv1.MachineConfig {
+	ign := fmt.Sprintf(`{"ignition":{"version":"3.5.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":[%q]}]},`+
+		`"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`, sshKey)
+	return &mcfgv1.MachineConfig{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"},
+		Spec: mcfgv1.MachineConfigSpec{OSImageURL: "quay.io/rhcos@sha256:1", KernelArguments: kargs, Config: runtime.RawExtension{Raw: []byte(ign)}}}
+}
+
+// machineConfiguration is MachineConfiguration cluster with the MCO's default SSH key policy
+// (None) published and observed.
+func machineConfiguration() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+		"metadata": map[string]any{"name": "cluster", "generation": int64(2)},
+		"status": map[string]any{"observedGeneration": int64(2), "nodeDisruptionPolicyStatus": map[string]any{"clusterPolicies": map[string]any{
+			"sshkey": map[string]any{"actions": []any{map[string]any{"type": "None"}}},
+		}}},
+	}}
+	return u
+}
+
+var machineConfigurationAPI = &metav1.APIResourceList{
+	GroupVersion: "operator.openshift.io/v1",
+	APIResources: []metav1.APIResource{{Name: "machineconfigurations", Kind: "MachineConfiguration"}},
+}
+
+// With --read-machineconfigs the drain decision is known before any node is targeted: a pool whose
+// pending update changes only SSH keys is not prepared, and check says no-drain with the reason;
+// without the read it is prepared (drain-unknown), and an update of a kernel argument is prepared
+// either way.
+func TestReadMachineConfigsKnowsAheadThatAnUpdateDoesNotDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		read      bool
+		kargs     []string
+		wantSurge bool
+	}{
+		{"SSH keys only, read", true, nil, false},
+		{"SSH keys only, not read", false, nil, true},
+		{"kernel argument, read", true, []string{"nosmt"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := preparedPool(renderedConfig("rendered-1", "ssh-ed25519 AAAA one"), renderedConfig("rendered-2", "ssh-ed25519 AAAA two", tc.kargs...))
+			h := newHarnessServing(t, func(o *options.Options) { o.ReadMachineConfigs = tc.read }, []*metav1.APIResourceList{machineConfigurationAPI}, objs...)
+			if _, err := h.dyn.Resource(machineConfigurationGVR).Create(context.Background(), machineConfiguration(), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			h.refresh()
+			h.syncPool()
+			if surged := h.surge(depSurge) != nil; surged != tc.wantSurge {
+				t.Fatalf("surged %v, want %v", surged, tc.wantSurge)
+			}
+			report, err := h.c.Predict(PredictOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.wantSurge {
+				requireEvent(t, h.events(), "Normal", ReasonNothingToPrepare, "rendered MachineConfigs: SSH keys only")
+				if p := report.Pools[0]; p.Drain != "no-drain" || !strings.Contains(p.DrainReason, "SSH keys only") {
+					t.Fatalf("check: pool %s drain %q (%s), want no-drain for SSH keys", p.Name, p.Drain, p.DrainReason)
+				}
+			}
+		})
+	}
 }

@@ -195,7 +195,7 @@ func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.Resour
 		return nil, fmt.Errorf("discovering %s: %w", gvr.GroupResource(), err)
 	}
 	if !served {
-		c.log.Info("not served by this cluster: its drains are not followed", zap.String("resource", gvr.GroupResource().String()))
+		c.log.Info("not served by this cluster: not read", zap.String("resource", gvr.GroupResource().String()))
 		return nil, nil
 	}
 	inf := c.dynamicFactory.ForResource(gvr).Informer()

@@ -75,9 +75,12 @@ type Options struct {
 	NodeMaintenance   bool
 	// NodeLifecycle follows the Node lifecycle conditions of KEP-5683 (MaintenancePlanned,
 	// DrainInProgress, …) as drains of their node.
-	NodeLifecycle     bool
-	CordonGracePeriod time.Duration
-	NamespaceSelector string
+	NodeLifecycle bool
+	// ReadMachineConfigs computes whether an MCO update drains from the rendered MachineConfigs,
+	// before any node is targeted (needs the read-machineconfigs RBAC component).
+	ReadMachineConfigs bool
+	CordonGracePeriod  time.Duration
+	NamespaceSelector  string
 	// PlatformNamespaces lets the guardian act in kube-*, openshift-* and its own namespace.
 	PlatformNamespaces bool
 	PoolSelector       string
@@ -196,6 +199,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
 	fs.BoolVar(&o.DRAUnknownFits, "dra-unknown-fits", o.DRAUnknownFits, "Count Dynamic Resource Allocation devices the guardian cannot judge (device taints, partitionable devices, consumable capacity, constraints between a claim's devices) as free for a replacement; off: such a stall is deferred as NoCapacity, with the reason.")
 	fs.BoolVar(&o.GPUDriverUpgrades, "gpu-driver-upgrades", o.GPUDriverUpgrades, "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.")
+	fs.BoolVar(&o.ReadMachineConfigs, "read-machineconfigs", o.ReadMachineConfigs, "Compute whether an MCO update drains from the rendered MachineConfigs and MachineConfiguration cluster's node disruption policies, before any node is targeted (check and prepare say no-drain ahead; the look-ahead acts on the first node). Rendered configs carry secrets: grant the read with the read-machineconfigs kustomize component; only digests are kept, nothing is logged.")
 	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle, "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.")
 	fs.BoolVar(&o.NodeMaintenance, "node-maintenance", o.NodeMaintenance, "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.")
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")

@@ -66,6 +66,16 @@ func LeaderElectionRules() []rbacv1.PolicyRule {
 // CheckRules returns the permissions of `drain-guardian check`: read-only access to what the daemon
 // reads (ClusterRoleRules without any write), shipped as the ClusterRole drain-guardian-check. An
 // owner with a /scale subresource needs get on that subresource too; without it, check reports the
+// ReadMachineConfigsRules are the reads of --read-machineconfigs, granted only by the opt-in
+// kustomize component read-machineconfigs (ClusterRole drain-guardian-read-machineconfigs):
+// rendered MachineConfigs carry secrets.
+func ReadMachineConfigsRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"machineconfiguration.openshift.io"}, Resources: []string{"machineconfigs"}, Verbs: readOnly},
+		{APIGroups: []string{"operator.openshift.io"}, Resources: []string{"machineconfigurations"}, Verbs: readOnly},
+	}
+}
+
 // pod as missing-rbac, as it would for the daemon.
 func CheckRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{

@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"encoding/json"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	opv1 "github.com/openshift/api/operator/v1"
+	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/drain-guardian/drain-guardian/internal/mco"
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
+)
+
+// machineConfigurationGVR is the MCO operator's configuration, whose status publishes the merged
+// node disruption policies (read through the dynamic client).
+var machineConfigurationGVR = schema.GroupVersionResource{Group: "operator.openshift.io", Version: "v1", Resource: "machineconfigurations"}
+
+// machineConfigurationName is the one MachineConfiguration the daemon reads.
+const machineConfigurationName = "cluster"
+
+// renderedConfigs computes whether an update drains from the rendered MachineConfigs, ahead of any
+// node (--read-machineconfigs): only where an admin granted the read, since rendered configs carry
+// the pull secret, SSH keys and certificates. The cache keeps of each config only its digest
+// (mco.Rendered, see slimMachineConfig); nothing of them is logged.
+type renderedConfigs struct {
+	configs mcfglisters.MachineConfigLister
+	// operator is MachineConfiguration's cache; nil when not served.
+	operator cache.Indexer
+	log      *zap.Logger
+}
+
+// decide is the daemon's decision for u, unknown when a config or the policies cannot be read.
+func (r *renderedConfigs) decide(u mco.Update) mco.Answer {
+	if r == nil {
+		return mco.Answer{Reason: "the rendered MachineConfigs are not read (--read-machineconfigs=false)"}
+	}
+	return mco.DecideDrain(r.rendered(u.From), r.rendered(u.To), r.policies())
+}
+
+// rendered is the cached digest of a rendered config, nil when it is not cached.
+func (r *renderedConfigs) rendered(name string) *mco.Rendered {
+	mc, err := r.configs.Get(name)
+	if err != nil {
+		return nil
+	}
+	var out mco.Rendered
+	if err := json.Unmarshal(mc.Spec.Config.Raw, &out); err != nil {
+		return nil
+	}
+	return &out
+}
+
+// policies are the merged node disruption policies, nil when MachineConfiguration cluster is not
+// cached or its status is not current (the daemon waits for that too).
+func (r *renderedConfigs) policies() *opv1.NodeDisruptionPolicyClusterStatus {
+	if r.operator == nil {
+		return nil
+	}
+	obj, ok, _ := r.operator.GetByKey(machineConfigurationName)
+	u, isU := obj.(*unstructured.Unstructured)
+	if !ok || !isU {
+		return nil
+	}
+	var mc opv1.MachineConfiguration
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &mc); err != nil {
+		r.log.Debug("reading MachineConfiguration cluster", zap.Error(err))
+		return nil
+	}
+	if mc.Generation != mc.Status.ObservedGeneration {
+		return nil
+	}
+	return &mc.Status.NodeDisruptionPolicyStatus.ClusterPolicies
+}
+
+// slimMachineConfig is the MachineConfig informer's transform: the config becomes its digest
+// (mco.ReadRendered), written where the Ignition config was, and the rest of the object goes but
+// its name and versions. File contents, keys and certificates never reach the cache.
+func slimMachineConfig(obj any) (any, error) {
+	mc, ok := obj.(*mcfgv1.MachineConfig)
+	if !ok {
+		return stripManagedFields(obj)
+	}
+	digest, err := json.Marshal(mco.ReadRendered(mc))
+	if err != nil {
+		return nil, err
+	}
+	return &mcfgv1.MachineConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: mc.Name, UID: mc.UID, ResourceVersion: mc.ResourceVersion},
+		Spec:       mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: digest}},
+	}, nil
+}
+
+// slimMachineConfiguration keeps of MachineConfiguration its metadata, generation and the
+// published node disruption policies.
+func slimMachineConfiguration(u *unstructured.Unstructured) {
+	policies, found, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "nodeDisruptionPolicyStatus")
+	observed, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedGeneration")
+	delete(u.Object, "spec")
+	delete(u.Object, "status")
+	if found {
+		_ = unstructured.SetNestedField(u.Object, policies, "status", "nodeDisruptionPolicyStatus")
+	}
+	if observed != nil {
+		_ = unstructured.SetNestedField(u.Object, observed, "status", "observedGeneration")
+	}
+}
+
+// watchRenderedConfigs reads rendered MachineConfigs and MachineConfiguration cluster when
+// --read-machineconfigs is set. Their changes re-examine the nodes of updating pools through the
+// node and pool events that follow a new rendered config; the answers are recomputed then.
+func (c *Controller) watchRenderedConfigs() error {
+	if !c.opts.ReadMachineConfigs {
+		return nil
+	}
+	inf := c.mcoFactory.Machineconfiguration().V1().MachineConfigs()
+	if err := inf.Informer().SetTransform(slimMachineConfig); err != nil {
+		return err
+	}
+	if _, err := inf.Informer().AddEventHandler(c.handler(func(any) { c.answers.invalidate() })); err != nil {
+		return err
+	}
+	c.synced = append(c.synced, inf.Informer().HasSynced)
+	rc := &renderedConfigs{configs: inf.Lister(), log: c.log}
+	opInf, err := c.watchServed(machineConfigurationGVR, c.handler(func(any) { c.answers.invalidate() }),
+		slimSource(trigger.Resource{GVR: machineConfigurationGVR, Slim: slimMachineConfiguration}))
+	if err != nil {
+		return err
+	}
+	if opInf != nil {
+		rc.operator = opInf.GetIndexer()
+	}
+	c.answers.rendered = rc
+	return nil
+}
