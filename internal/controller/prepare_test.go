@@ -395,3 +395,27 @@ func TestReadMachineConfigsKnowsAheadThatAnUpdateDoesNotDrain(t *testing.T) {
 		})
 	}
 }
+
+// A computed answer the daemon then contradicts is undone at once: the daemon's own answer is what
+// the node does.
+func TestComputedDrainDeniedByTheDaemonIsRestored(t *testing.T) {
+	targeted := gpuNode("w1")
+	targeted.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
+	objs := []runtime.Object{namespace(ns), targeted, gpuNode("w2"), workerPool(true), pdb(0, 1, 1),
+		renderedConfig("rendered-1", "ssh-ed25519 AAAA one"), renderedConfig("rendered-2", "ssh-ed25519 AAAA one", "nosmt")}
+	objs = append(objs, model(1, "w1")...)
+	h := newHarnessServing(t, func(o *options.Options) { o.ReadMachineConfigs = true }, []*metav1.APIResourceList{machineConfigurationAPI}, objs...)
+	if _, err := h.dyn.Resource(machineConfigurationGVR).Create(context.Background(), machineConfiguration(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.surgeNode("w1", depSurge)
+	if h.replicas() != 2 {
+		t.Fatalf("a computed drain (kernel argument) was not surged: replicas %d", h.replicas())
+	}
+	h.answer("w1", false)
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("the daemon said no drain: Surge %v, replicas %d; want restored", h.surge(depSurge), h.replicas())
+	}
+}

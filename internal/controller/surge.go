@@ -460,7 +460,7 @@ func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian
 			return err
 		}
 	}
-	if a.Reason == guardian.ReasonPredictionMissed {
+	if a.Reason == guardian.ReasonPredictionMissed && guardian.Trigger(s.Spec.Trigger) == guardian.TriggerMCOPredicted {
 		c.metrics.Lookahead.WithLabelValues(lookaheadMissed).Inc()
 	}
 	if s.Status.ResolvedTime != nil {

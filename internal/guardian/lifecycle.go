@@ -113,7 +113,8 @@ const (
 	// ReasonSurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
 	ReasonSurgeTooLarge = "SurgeTooLarge"
 	// ReasonPredictionMissed: a look-ahead surge's node is no longer among the MCO's next targets
-	// (pool paused, order changed, target reverted) before its drain.
+	// (pool paused, order changed, target reverted) before its drain, or the machine-config daemon
+	// answered that the update it was made for goes on without a drain.
 	ReasonPredictionMissed = "PredictionMissed"
 	// ReasonDrainOver, on MarkResolved: the drain ended while a pod of the workload is on the node.
 	ReasonDrainOver = "DrainOver"
@@ -321,11 +322,28 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	if reason, done := finished(cfg, o); done {
 		return Action{Kind: ActStartRestore, Reason: reason}, true
 	}
-	if Trigger(o.Surge.Spec.Trigger) == TriggerMCOPredicted && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain {
+	if predictedAhead(o) && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain {
 		// The prediction did not come true while the pod is still there: nothing is blocked.
 		return Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed}, true
 	}
 	return Action{}, false
+}
+
+// predictedAhead reports whether the Surge was made on a prediction that can still fail: a look-ahead,
+// or a targeted node whose update (the one the Surge was made for, still under way and not
+// draining) was computed to drain before the node's own daemon answered.
+func predictedAhead(o Observation) bool {
+	switch Trigger(o.Surge.Spec.Trigger) {
+	case TriggerMCOPredicted:
+		return true
+	case TriggerMCOTargeted:
+		if o.Node == nil {
+			return false
+		}
+		s := mco.ReadNode(o.Node)
+		return s.Targeted() && s.DesiredConfig == o.Surge.Spec.Drain && !s.Draining()
+	}
+	return false
 }
 
 // beingDrained reports whether the node's pods are meant to leave now: the MCO is draining it, the
