@@ -3,6 +3,7 @@ module github.com/drain-guardian/drain-guardian/e2e
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.5.0
 	github.com/go-logr/logr v1.4.2
 	github.com/openshift/api v0.0.0-20251015095338-264e80a2b6e7
 	github.com/openshift/client-go v0.0.0-20251015124057-db0dee36e235

@@ -88,6 +88,8 @@ func TestControlPlane(t *testing.T) {
 		for _, gvr := range []schema.GroupVersionResource{
 			{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfigpools"},
 			{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfignodes"},
+			{Group: "machineconfiguration.openshift.io", Version: "v1", Resource: "machineconfigs"},
+			{Group: "operator.openshift.io", Version: "v1", Resource: "machineconfigurations"},
 		} {
 			if _, err := cp.Dynamic().Resource(gvr).List(ctx, metav1.ListOptions{}); err != nil {
 				t.Errorf("listing %s: %v", gvr.Resource, err)

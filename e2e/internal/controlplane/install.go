@@ -26,14 +26,17 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// openshiftCRDs are the MachineConfiguration CRDs installed from the pinned github.com/openshift/api
-// module, relative to its machineconfiguration/v1/zz_generated.crd-manifests directory. The
-// feature-set variants of MachineConfigNode differ only in gated fields; Default is what a
-// production cluster serves.
+// openshiftCRDs are the MCO's CRDs installed from the pinned github.com/openshift/api module,
+// relative to its root: MachineConfigPool, MachineConfigNode and MachineConfig
+// (machineconfiguration.openshift.io), and MachineConfiguration (operator.openshift.io, whose
+// "cluster" object carries the node disruption policies the machine-config-daemon reads). The
+// feature-set variants of MachineConfigNode and MachineConfiguration differ only in gated fields;
+// Default is what a production cluster serves.
 var openshiftCRDs = []string{
-	"0000_80_machine-config_01_machineconfigpools.crd.yaml",
-	"0000_80_machine-config_01_machineconfignodes-Default.crd.yaml",
-	"0000_80_machine-config_01_machineconfigs.crd.yaml",
+	"machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigpools.crd.yaml",
+	"machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfignodes-Default.crd.yaml",
+	"machineconfiguration/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigs.crd.yaml",
+	"operator/v1/zz_generated.crd-manifests/0000_80_machine-config_01_machineconfigurations-Default.crd.yaml",
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -45,7 +48,7 @@ var localCRDDirs = []string{
 	filepath.Join("manifests", "base", "crd"),
 }
 
-// installCRDs applies the OpenShift MachineConfiguration CRDs and every CRD found in localCRDDirs,
+// installCRDs applies the OpenShift CRDs of openshiftCRDs and every CRD found in localCRDDirs,
 // then waits until all are Established.
 func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 	var files []string
@@ -54,7 +57,7 @@ func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 		return err
 	}
 	for _, f := range openshiftCRDs {
-		files = append(files, filepath.Join(dir, "machineconfiguration", "v1", "zz_generated.crd-manifests", f))
+		files = append(files, filepath.Join(dir, filepath.FromSlash(f)))
 	}
 	for _, local := range localCRDDirs {
 		err = filepath.WalkDir(filepath.Join(cp.repoRoot, local), func(path string, d fs.DirEntry, err error) error {

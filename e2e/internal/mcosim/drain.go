@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	mcfgclientset "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
+	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +33,9 @@ const (
 // lastAppliedDrain.
 type drainController struct {
 	kube     kubernetes.Interface
+	mcn      machineConfigNodeWriter
 	nodes    corelisters.NodeLister
+	pools    mcfglisters.MachineConfigPoolLister
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
 	timing   Timings
@@ -48,10 +52,13 @@ type ongoingDrain struct {
 	attempts int
 }
 
-func newDrainController(kube kubernetes.Interface, nodes corelisters.NodeLister, recorder record.EventRecorder, timing Timings, log logr.Logger) *drainController {
+func newDrainController(kube kubernetes.Interface, mcfg mcfgclientset.Interface, nodes corelisters.NodeLister,
+	pools mcfglisters.MachineConfigPoolLister, recorder record.EventRecorder, timing Timings, log logr.Logger) *drainController {
 	return &drainController{
 		kube:     kube,
+		mcn:      machineConfigNodeWriter{mcfg: mcfg},
 		nodes:    nodes,
+		pools:    pools,
 		recorder: recorder,
 		timing:   timing,
 		log:      log,
@@ -118,6 +125,7 @@ func (c *drainController) sync(ctx context.Context, name string) error {
 		if err := c.cordonOrUncordon(ctx, log, false, node, helper); err != nil {
 			return err
 		}
+		c.writeMCN(ctx, log, node, mcnUncordoned())
 	case drainVerb:
 		if err := c.drainNode(ctx, log, node, helper); err != nil {
 			// The failed attempt has requeued the node on the MCO's
@@ -142,7 +150,25 @@ func (c *drainController) sync(ctx context.Context, name string) error {
 	}
 
 	log.Info("drain controller: operation successful; applying completion annotation")
-	return patchNodeAnnotations(ctx, c.kube, name, map[string]string{LastAppliedDrainAnnotation: desired})
+	if err := patchNodeAnnotations(ctx, c.kube, name, map[string]string{LastAppliedDrainAnnotation: desired}); err != nil {
+		return err
+	}
+	if strings.HasPrefix(desired, drainVerb+"-") {
+		c.writeMCN(ctx, log, node, mcnDrained(desired))
+	}
+	return nil
+}
+
+// writeMCN writes the drain controller's MachineConfigNode conditions
+// (pkg/controller/drain/drain_controller.go); a failure is logged only.
+func (c *drainController) writeMCN(ctx context.Context, log logr.Logger, node *corev1.Node, updates ...mcnUpdate) {
+	pool := primaryPoolName(node, c.pools)
+	if pool == "" {
+		return
+	}
+	if err := c.mcn.apply(ctx, node, pool, updates...); err != nil {
+		log.Error(err, "drain controller: cannot write MachineConfigNode conditions")
+	}
 }
 
 // drainNode cordons the node unless a drain is already going on, then runs
@@ -170,6 +196,7 @@ func (c *drainController) drainNode(ctx context.Context, log logr.Logger, node *
 		if err := c.cordonOrUncordon(ctx, log, true, node, helper); err != nil {
 			return err
 		}
+		c.writeMCN(ctx, log, node, mcnCordoned())
 		c.mu.Lock()
 		state = &ongoingDrain{since: time.Now()}
 		c.ongoing[node.Name] = state
@@ -183,8 +210,11 @@ func (c *drainController) drainNode(ctx context.Context, log logr.Logger, node *
 	c.mu.Unlock()
 	log = log.WithValues("attempt", attempt)
 	log.Info("drain controller: drain attempt started", "timeout", c.timing.DrainHelperTimeout.String())
+	desired, lastApplied := node.Annotations[DesiredDrainAnnotation], node.Annotations[LastAppliedDrainAnnotation]
+	c.writeMCN(ctx, log, node, mcnDraining(desired, lastApplied))
 	start := time.Now()
 	if err := drain.RunNodeDrain(helper, node.Name); err != nil {
+		c.writeMCN(ctx, log, node, mcnDrainFailed(err, desired, lastApplied))
 		retry := nextDrainRetry(failingFor, c.timing)
 		log.Info("drain controller: drain attempt failed", "duration", time.Since(start).String(),
 			"retryAfter", retry.after.String(), "error", err.Error())

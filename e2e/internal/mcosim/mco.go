@@ -1,34 +1,55 @@
 // Package mcosim simulates the parts of the OpenShift Machine Config Operator
 // (MCO) that roll a MachineConfigPool update across nodes: the node controller
 // of machine-config-controller (which nodes to target next, the pool status),
-// the machine-config-daemon on every node (Working, request a drain, reboot,
-// request an uncordon, Done) and the drain controller (cordon, drain through
-// the Eviction API with k8s.io/kubectl/pkg/drain, retry on the MCO's timers).
+// the machine-config-daemon on every node (Working, decide the update, request
+// a drain when needed, reboot or update in place, request an uncordon, Done)
+// and the drain controller (cordon, drain through the Eviction API with
+// k8s.io/kubectl/pkg/drain, retry on the MCO's timers).
 //
 // The simulator talks to a real API server only through the same objects the
-// MCO uses: MachineConfigPools (spec read, status written) and Node
-// annotations, taints and spec.unschedulable. Nothing is rendered: a pool's
-// spec.configuration.name is taken as the target rendered config, and changing
-// it starts a rollout. Every MCO delay is multiplied by a time scale so that
-// end-to-end scenarios can run the real protocol faster than real time.
+// MCO uses: MachineConfigPools (spec read, status written), Node annotations,
+// taints and spec.unschedulable, rendered MachineConfigs and MachineConfiguration
+// cluster (read), and MachineConfigNodes (written as pkg/upgrademonitor
+// does). Nothing is rendered: a pool's spec.configuration.name is taken as the
+// target rendered config, and changing it starts a rollout. Every MCO delay is
+// multiplied by a time scale so that end-to-end scenarios can run the real
+// protocol faster than real time.
+//
+// The daemon decides each update as the real one does (mcd.go): from the two
+// rendered MachineConfigs (OS image, kernel arguments and type, extensions,
+// FIPS: reboot; files, units, SSH keys: the node disruption policies of
+// MachineConfiguration cluster's status) whether it drains and whether it
+// reboots. An update that needs no drain never cordons the node and never
+// sets desiredDrain=drain-<config>; the daemon still asks for
+// uncordon-<config> before Done. When either MachineConfig is missing (as for
+// pools that name configs nobody created) or the policies are missing or not
+// observed, every update drains and reboots.
 //
 // Where the simulator differs from the MCO:
 //   - Nodes that never ran a daemon (no currentConfig) get currentConfig =
 //     desiredConfig = the pool's target and state Done from the node
 //     controller; on a real cluster they come from the config the node booted.
-//   - The reboot is a delay during which the node stays cordoned; its Ready
-//     condition and its remaining (DaemonSet) pods are left alone.
+//   - The reboot and the in-place update are delays; during the reboot the
+//     node stays cordoned, its Ready condition and its remaining (DaemonSet)
+//     pods are left alone.
 //   - When a drain outlasts the daemon's timeout, the node goes Degraded with
 //     the MCO's reason and the daemon keeps waiting, back to Working once the
 //     drain completes; the real daemon fails the update and retries it.
+//   - A missing MachineConfig or unobserved MachineConfiguration makes the
+//     simulated daemon drain; the real one fails the update (after polling
+//     the policies for 2 minutes).
 //   - After a successful drain attempt the controller re-reads the node from
 //     the API server, not its cache, to tell an external uncordon from its own
 //     cordon that the cache has not seen yet.
 //   - Inside one drain attempt, kubectl retries an eviction refused with 429
 //     after a fixed 5 s that the time scale does not shorten.
-//   - Not simulated: MachineConfigNode objects, the mcc_drain_err metric,
-//     on-cluster layering (image annotations), control-plane special cases,
-//     rendering of MachineConfigs.
+//   - MachineConfigNodes are created by the daemon when an update starts
+//     (on a real cluster the operator creates them for every node); the
+//     feature-gated conditions (ImageModeStatusReporting, pinned image sets)
+//     are not written.
+//   - Not simulated: the mcc_drain_err metric, on-cluster layering (image
+//     annotations), control-plane and single-node special cases, the force
+//     file, rendering of MachineConfigs.
 package mcosim
 
 import (

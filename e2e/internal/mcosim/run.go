@@ -11,6 +11,7 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgclientset "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
+	opclientset "github.com/openshift/client-go/operator/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,7 +56,11 @@ func Run(ctx context.Context, cfg *rest.Config, timeScale float64) error {
 	if err != nil {
 		return fmt.Errorf("machineconfiguration client: %w", err)
 	}
-	return run(ctx, kube, mcfg, timing)
+	op, err := opclientset.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("operator.openshift.io client: %w", err)
+	}
+	return run(ctx, kube, mcfg, op, timing)
 }
 
 // Workers per controller. The MCO runs 5 drain workers, so one blocked drain
@@ -66,7 +71,9 @@ const (
 	drainControllerWorkers = 5
 )
 
-func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Interface, timing Timings) error {
+// run is Run with clients; op may be nil (no MachineConfiguration: every
+// update drains).
+func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Interface, op opclientset.Interface, timing Timings) error {
 	log := klog.FromContext(ctx).WithName("mcosim")
 
 	// Fail early rather than wait forever for a pool informer that cannot
@@ -93,8 +100,8 @@ func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Inte
 	poolInformer := mcfgInformers.Machineconfiguration().V1().MachineConfigPools()
 
 	nodeCtrl := newNodeController(kube, mcfg, nodeInformer.Lister(), poolInformer.Lister(), recorder, timing, log)
-	daemons := newDaemonSet(kube, nodeInformer.Lister(), timing, log)
-	drainCtrl := newDrainController(kube, nodeInformer.Lister(), recorder, timing, log)
+	daemons := newDaemonSet(kube, mcfg, op, nodeInformer.Lister(), poolInformer.Lister(), timing, log)
+	drainCtrl := newDrainController(kube, mcfg, nodeInformer.Lister(), poolInformer.Lister(), recorder, timing, log)
 
 	handlers := []cache.ResourceEventHandler{
 		cache.ResourceEventHandlerFuncs{
@@ -145,7 +152,8 @@ func run(ctx context.Context, kube kubernetes.Interface, mcfg mcfgclientset.Inte
 	}
 
 	log.Info("MCO simulator started", "updateDelay", timing.UpdateDelay.String(),
-		"drainTimeout", timing.DrainHelperTimeout.String(), "reboot", timing.Reboot.String())
+		"drainTimeout", timing.DrainHelperTimeout.String(), "reboot", timing.Reboot.String(),
+		"prepareUpdate", timing.PrepareUpdate.String(), "applyInPlace", timing.ApplyInPlace.String())
 	var wg sync.WaitGroup
 	runWorkers(ctx, &wg, nodeCtrl.queue, nodeControllerWorkers, nodeCtrl.sync, log.WithValues("controller", "node"))
 	runWorkers(ctx, &wg, daemons.queue, daemonWorkers, daemons.sync, log.WithValues("controller", "daemon"))

@@ -3,13 +3,16 @@ package mcosim
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	opv1 "github.com/openshift/api/operator/v1"
 	mcfgfake "github.com/openshift/client-go/machineconfiguration/clientset/versioned/fake"
+	opfake "github.com/openshift/client-go/operator/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,11 +32,12 @@ import (
 type fakeCluster struct {
 	*simfake.Cluster
 	mcfg *mcfgfake.Clientset
+	op   *opfake.Clientset
 }
 
 func newFakeCluster(t *testing.T, refuse func(n int) error, objects []runtime.Object, pools ...runtime.Object) *fakeCluster {
 	t.Helper()
-	return &fakeCluster{Cluster: simfake.New(refuse, objects...), mcfg: mcfgfake.NewClientset(pools...)}
+	return &fakeCluster{Cluster: simfake.New(refuse, objects...), mcfg: mcfgfake.NewClientset(pools...), op: opfake.NewClientset()}
 }
 
 // start runs the simulator until the test ends.
@@ -45,7 +49,7 @@ func (c *fakeCluster) start(t *testing.T, scale float64) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, c.Kube, c.mcfg, timing) }()
+	go func() { done <- run(ctx, c.Kube, c.mcfg, c.op, timing) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -101,11 +105,14 @@ type nodeTimeline struct {
 	maxCordoned  int
 	drainedAt    map[string]time.Time
 	everUpdating map[string]bool
+	// drainRequested: nodes whose desiredDrain ever asked for a drain.
+	drainRequested map[string]bool
 }
 
 func watchNodes(t *testing.T, c *fakeCluster, config string) *nodeTimeline {
 	t.Helper()
-	tl := &nodeTimeline{config: config, cordoned: map[string]bool{}, drainedAt: map[string]time.Time{}, everUpdating: map[string]bool{}}
+	tl := &nodeTimeline{config: config, cordoned: map[string]bool{}, drainedAt: map[string]time.Time{}, everUpdating: map[string]bool{},
+		drainRequested: map[string]bool{}}
 	factory := informers.NewSharedInformerFactory(c.Kube, 0)
 	informer := factory.Core().V1().Nodes().Informer()
 	observe := func(obj interface{}) {
@@ -125,6 +132,9 @@ func watchNodes(t *testing.T, c *fakeCluster, config string) *nodeTimeline {
 			}
 		}
 		tl.maxCordoned = max(tl.maxCordoned, count)
+		if DrainInProgress(n) {
+			tl.drainRequested[n.Name] = true
+		}
 		if n.Annotations[LastAppliedDrainAnnotation] == DrainRequest(config) {
 			if _, seen := tl.drainedAt[n.Name]; !seen {
 				tl.drainedAt[n.Name] = time.Now()
@@ -356,10 +366,57 @@ func TestRunFailsWithoutThePoolAPI(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := run(ctx, c.Kube, c.mcfg, timing); err == nil || ctx.Err() != nil {
+	if err := run(ctx, c.Kube, c.mcfg, c.op, timing); err == nil || ctx.Err() != nil {
 		t.Errorf("run without the pool API = %v (context: %v), want an immediate error", err, ctx.Err())
 	}
 	if err := Run(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, 0); err == nil {
 		t.Error("Run accepted a time scale of 0")
+	}
+}
+
+// TestRunSSHKeyUpdateDoesNotDrain rolls out an SSH-key-only update with real
+// rendered MachineConfigs and the MCO's default policies: no node is ever
+// cordoned or asked to drain, the model pod is never evicted, every node
+// still asks for and gets uncordon-<config>, and each MachineConfigNode says
+// the update needs no drain.
+func TestRunSSHKeyUpdateDoesNotDrain(t *testing.T) {
+	const old, next = "rendered-worker-1", "rendered-worker-2"
+	base := BaseRenderedConfig()
+	mcs := []runtime.Object{base.MachineConfig(old), base.With(SSHKeyChange("ssh-ed25519 AAAA new@example")).MachineConfig(next)}
+	c := newFakeCluster(t, func(int) error { return nil },
+		[]runtime.Object{testNode("w1", done(old), zone("zone-a")), testNode("w2", done(old), zone("zone-b")), modelPod("w1")},
+		append(mcs, testPool(WorkerPool, next))...)
+	if err := ApplyNodeDisruptionPolicies(context.Background(), c.op, opv1.NodeDisruptionPolicyConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	timeline := watchNodes(t, c, next)
+	c.start(t, 0.01)
+
+	eventually(t, 60*time.Second, "the pool to be Updated", func() bool { return PoolUpdated(c.workerPool(t)) })
+	for _, name := range []string{"w1", "w2"} {
+		n := c.node(t, name)
+		if !NodeUpdatedTo(n, next) || n.Annotations[LastAppliedDrainAnnotation] != UncordonRequest(next) {
+			t.Errorf("%s: %v", name, n.Annotations)
+		}
+		mcn, err := c.mcfg.MachineconfigurationV1().MachineConfigNodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("MachineConfigNode %s: %v", name, err)
+		}
+		prepared := mcnCond(mcn.Status.Conditions, mcfgv1.MachineConfigNodeUpdatePrepared)
+		if prepared == nil || !strings.HasSuffix(prepared.Message, "Drain Required: false") {
+			t.Errorf("%s UpdatePrepared = %+v", name, prepared)
+		}
+		if mcn.Spec.Pool.Name != WorkerPool || mcn.Spec.ConfigVersion.Desired != next || mcn.Status.ConfigVersion == nil ||
+			mcn.Status.ConfigVersion.Current != next {
+			t.Errorf("%s MachineConfigNode spec %+v status %+v", name, mcn.Spec, mcn.Status.ConfigVersion)
+		}
+	}
+	timeline.mu.Lock()
+	defer timeline.mu.Unlock()
+	if timeline.maxCordoned != 0 || len(timeline.drainRequested) != 0 {
+		t.Errorf("cordoned at most %d nodes at once, drains requested on %v; want none", timeline.maxCordoned, timeline.drainRequested)
+	}
+	if attempts, evicted, deletes := c.Evictions(); attempts != 0 || len(evicted) != 0 || deletes != 0 {
+		t.Errorf("evictions %d %v, deletes %d; want none", attempts, evicted, deletes)
 	}
 }
