@@ -33,6 +33,7 @@ import (
 type checkReport struct {
 	Pools []struct {
 		Name  string `json:"name"`
+		Drain string `json:"drain"`
 		Nodes []struct {
 			Name   string `json:"name"`
 			Blocks []struct {

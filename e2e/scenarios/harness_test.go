@@ -68,6 +68,12 @@ func newScenario(t *testing.T, name string, nodes []testbed.NodeSpec, podSelecto
 // newScenarioWithin is newScenario for a scenario that may take up to timeout.
 func newScenarioWithin(t *testing.T, timeout time.Duration, name string, nodes []testbed.NodeSpec, podSelector string, models ...string) *scenario {
 	t.Helper()
+	return newScenarioOn(t, timeout, initialConfig, name, nodes, podSelector, models...)
+}
+
+// newScenarioOn is newScenarioWithin with the pool's nodes on the rendered config initial.
+func newScenarioOn(t *testing.T, timeout time.Duration, initial, name string, nodes []testbed.NodeSpec, podSelector string, models ...string) *scenario {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	s := &scenario{t: t, ctx: ctx, kube: testBed.CP.Client(), name: name, ns: "e2e-" + name, pool: "e2e-" + name}
 	for i := range nodes {
@@ -109,7 +115,7 @@ func newScenarioWithin(t *testing.T, timeout time.Duration, name string, nodes [
 		t.Fatal(err)
 	}
 	s.obs = obs
-	if err := testBed.CreatePool(ctx, s.pool, initialConfig, nodes); err != nil {
+	if err := testBed.CreatePool(ctx, s.pool, initial, nodes); err != nil {
 		s.fatalf("creating pool: %v", err)
 	}
 	return s
@@ -309,13 +315,19 @@ func (s *scenario) updatePool() {
 // waitPoolUpdated waits until the pool has rolled nextConfig out to every node.
 func (s *scenario) waitPoolUpdated() time.Duration {
 	s.t.Helper()
+	return s.waitPoolUpdatedTo(nextConfig)
+}
+
+// waitPoolUpdatedTo waits until the pool has rolled config out to every node.
+func (s *scenario) waitPoolUpdatedTo(config string) time.Duration {
+	s.t.Helper()
 	start := time.Now()
-	s.eventually(rolloutTimeout, "pool "+s.pool+" to be Updated to "+nextConfig, func() (bool, error) {
+	s.eventually(rolloutTimeout, "pool "+s.pool+" to be Updated to "+config, func() (bool, error) {
 		p, err := testBed.Pool(s.ctx, s.pool)
 		if err != nil {
 			return false, nil
 		}
-		return mcosim.PoolUpdated(p) && p.Spec.Configuration.Name == nextConfig &&
+		return mcosim.PoolUpdated(p) && p.Spec.Configuration.Name == config &&
 			int(p.Status.UpdatedMachineCount) == len(s.nodes), nil
 	})
 	return time.Since(start)
