@@ -162,9 +162,8 @@ func (c *Controller) watchSources() error {
 			return nodes
 		},
 	}}
-	on := trigger.Switches{GPUDriverUpgrades: c.opts.GPUDriverUpgrades, NodeMaintenance: c.opts.NodeMaintenance, NodeLifecycle: c.opts.NodeLifecycle}
 	for _, k := range trigger.Kinds {
-		if !k.Enabled(on) {
+		if !c.opts.SourceOn(k.Name) {
 			continue
 		}
 		c.sources.kinds = append(c.sources.kinds, k)

@@ -129,7 +129,7 @@ func TestGPUDriverUpgradeFailedWithASurgeInFlightIsReported(t *testing.T) {
 
 // With --gpu-driver-upgrades=false the state label is not a trigger.
 func TestGPUDriverUpgradesSwitchedOff(t *testing.T) {
-	h := newHarness(t, func(o *options.Options) { o.GPUDriverUpgrades = false }, gpuUpgrade()...)
+	h := newHarness(t, func(o *options.Options) { o.SetSource(trigger.GPUDriverUpgrade, false) }, gpuUpgrade()...)
 	h.syncNode("w1")
 	if h.surge(depSurge) != nil {
 		t.Fatalf("surged with --gpu-driver-upgrades=false")
@@ -348,7 +348,7 @@ func TestNodeLifecycleSurgesWhenPlannedEvictsWhileDrainingAndRestores(t *testing
 		t.Fatalf("after the maintenance: replicas %d, Surge %v; want restored", h.replicas(), h.surge(depSurge))
 	}
 
-	off := newHarness(t, func(o *options.Options) { o.NodeLifecycle = false }, gpuUpgrade()...)
+	off := newHarness(t, func(o *options.Options) { o.SetSource(trigger.NodeLifecycle, false) }, gpuUpgrade()...)
 	off.updateNode("w1", func(n *corev1.Node) {
 		delete(n.Labels, trigger.GPUUpgradeStateLabel)
 		lifecycle(trigger.ConditionDrainInProgress, true)(n)

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
 )
 
 // EnvPrefix is the prefix of the environment variable that mirrors each flag.
@@ -69,13 +71,9 @@ type Options struct {
 	MaxSurgeDuration time.Duration
 	EvictTimeout     time.Duration
 	CordonedNodes    bool
-	// GPUDriverUpgrades and NodeMaintenance switch the two non-MCO trigger sources (package trigger)
-	// on; each is also off while the cluster does not serve its API.
-	GPUDriverUpgrades bool
-	NodeMaintenance   bool
-	// NodeLifecycle follows the Node lifecycle conditions of KEP-5683 (MaintenancePlanned,
-	// DrainInProgress, …) as drains of their node.
-	NodeLifecycle bool
+	// Sources switch the drain sources of the table trigger.Kinds, by name: each has a flag of its
+	// own (Kind.Flag), on by default.
+	Sources map[trigger.Name]*bool
 	// ReadMachineConfigs computes whether an MCO update drains from the rendered MachineConfigs,
 	// before any node is targeted (needs the read-machineconfigs RBAC component).
 	ReadMachineConfigs bool
@@ -144,9 +142,7 @@ func NewOptions() *Options {
 		HealthProbeBindAddress:  ":8081",
 		Restore:                 string(RestoreAuto),
 		Preemptive:              true,
-		GPUDriverUpgrades:       true,
-		NodeMaintenance:         true,
-		NodeLifecycle:           true,
+		Sources:                 defaultSources(),
 		Evict:                   true,
 		ScheduleTimeout:         5 * time.Minute,
 		ReadyTimeout:            30 * time.Minute,
@@ -198,10 +194,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentSurgePerNamespace, "max-concurrent-surges-per-namespace", o.MaxConcurrentSurgePerNamespace, "At most this many of the --max-concurrent-surges stalls from one namespace (0: one less than --max-concurrent-surges, at least 1, so a slot is always left for another namespace); a freed slot goes first to the namespace with the fewest in flight.")
 	fs.IntVar(&o.MaxSurgeReplicas, "max-surge-replicas", o.MaxSurgeReplicas, "At most this many replicas added by one surge; a PDB that needs more is reported (SurgeTooLarge), not surged.")
 	fs.BoolVar(&o.DRAUnknownFits, "dra-unknown-fits", o.DRAUnknownFits, "Count Dynamic Resource Allocation devices the guardian cannot judge (device taints, partitionable devices, consumable capacity, constraints between a claim's devices) as free for a replacement; off: such a stall is deferred as NoCapacity, with the reason.")
-	fs.BoolVar(&o.GPUDriverUpgrades, "gpu-driver-upgrades", o.GPUDriverUpgrades, "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.")
 	fs.BoolVar(&o.ReadMachineConfigs, "read-machineconfigs", o.ReadMachineConfigs, "Compute whether an MCO update drains from the rendered MachineConfigs and MachineConfiguration cluster's node disruption policies, before any node is targeted (check and prepare say no-drain ahead; the look-ahead acts on the first node). Rendered configs carry secrets: grant the read with the read-machineconfigs kustomize component; only digests are kept, nothing is logged.")
-	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle, "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.")
-	fs.BoolVar(&o.NodeMaintenance, "node-maintenance", o.NodeMaintenance, "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.")
+	for _, k := range trigger.Kinds {
+		fs.BoolVar(o.Sources[k.Name], k.Flag, *o.Sources[k.Name], k.Usage)
+	}
 	fs.IntVar(&o.Lookahead, "lookahead", o.Lookahead, "Surge the blocked workloads of the next N nodes the MCO will target while the nodes before them drain and reboot, when spare capacity is left after the stalls being served (0: off).")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of reconcile workers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Informer resync period: how often every object is reconciled even without a change.")
@@ -338,4 +334,25 @@ func (o *Options) Excludes(namespace string) bool {
 	}
 	return strings.HasPrefix(namespace, "kube-") || strings.HasPrefix(namespace, "openshift-") || namespace == "openshift" ||
 		namespace == o.LeaderElectionNamespace
+}
+
+// defaultSources turns every drain source of the table on.
+func defaultSources() map[trigger.Name]*bool {
+	out := make(map[trigger.Name]*bool, len(trigger.Kinds))
+	for _, k := range trigger.Kinds {
+		on := true
+		out[k.Name] = &on
+	}
+	return out
+}
+
+// SourceOn reports whether the named drain source is switched on.
+func (o *Options) SourceOn(name trigger.Name) bool {
+	on, ok := o.Sources[name]
+	return ok && *on
+}
+
+// SetSource switches the named drain source on or off.
+func (o *Options) SetSource(name trigger.Name, on bool) {
+	o.Sources[name] = &on
 }

@@ -147,7 +147,8 @@ var GPUDriverUpgradeKind = Kind{
 	Name:    GPUDriverUpgrade,
 	Noun:    "driver upgrade",
 	Next:    "the GPU Operator's next pick",
-	Enabled: func(s Switches) bool { return s.GPUDriverUpgrades },
+	Flag:    "gpu-driver-upgrades",
+	Usage:   "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.",
 	Resources: []Resource{{
 		GVR: ClusterPolicyGVR,
 		// The upgrade policy shapes the prediction of every managed node.

@@ -28,8 +28,8 @@ type Kind struct {
 	// Next names a node the source is predicted to drain ("the GPU Operator's next pick"); empty
 	// when its predictions read like its picks ("would block the coming <Noun> of node w1").
 	Next string
-	// Enabled reads the source's switch (a flag of the daemon).
-	Enabled func(Switches) bool
+	// Flag is the daemon's flag that switches the source (on by default), with its help text.
+	Flag, Usage string
 	// Resources are the APIs the source reads besides nodes, watched when the cluster serves them.
 	Resources []Resource
 	// Signal is the source's view of node. With predict false no prediction is made (a cheaper
@@ -61,11 +61,6 @@ func KindOf(name Name) (Kind, bool) {
 		}
 	}
 	return Kind{}, false
-}
-
-// Switches are the daemon's flags that turn the sources on.
-type Switches struct {
-	GPUDriverUpgrades, NodeMaintenance, NodeLifecycle bool
 }
 
 // Resource is an API a source reads through the dynamic client.

@@ -18,7 +18,8 @@ var NodeLifecycleKind = Kind{
 	Name:    NodeLifecycle,
 	Noun:    "maintenance drain",
 	Next:    "a node planned for maintenance (MaintenancePlanned)",
-	Enabled: func(s Switches) bool { return s.NodeLifecycle },
+	Flag:    "node-lifecycle",
+	Usage:   "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.",
 	Signal: func(v View, node *corev1.Node, predict bool) Signal {
 		return NodeLifecycles{Predict: predict && v.Lookahead() > 0}.Signal(node)
 	},

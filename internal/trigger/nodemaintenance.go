@@ -198,7 +198,8 @@ func (n NodeMaintenances) Signal(node *corev1.Node) Signal {
 var NodeMaintenanceKind = Kind{
 	Name:    NodeMaintenance,
 	Noun:    "maintenance drain",
-	Enabled: func(s Switches) bool { return s.NodeMaintenance },
+	Flag:    "node-maintenance",
+	Usage:   "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.",
 	Resources: []Resource{
 		{GVR: Medik8sNodeMaintenanceGVR, NodeOf: NodeName},
 		{GVR: NVIDIANodeMaintenanceGVR, NodeOf: NodeName},
