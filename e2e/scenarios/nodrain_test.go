@@ -1,8 +1,10 @@
 package scenarios
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,4 +219,33 @@ func TestNodeLifecycleMaintenance(t *testing.T) {
 	s.assertAvailable()
 	s.requireEvents("SurgeStarted", "ReplacementReady", "SurgeRestored")
 	s.forbidEvents("SurgeFailed")
+}
+
+// TestPoolPausedForMaintenance: NVIDIA's maintenance operator paused the pool (its annotation)
+// while it maintains a node, and an update that drains is pending. Asked to prepare the pool, the
+// guardian prepares nothing and says why: the update waits for the maintenance, and no stall is
+// reported while the pool stays paused.
+func TestPoolPausedForMaintenance(t *testing.T) {
+	s := newScenario(t, "paused-maintenance", gpuNodes(3, 1), selectorOf(modelLabels))
+	s.createDeployment(loadingDelay)
+	patch := []byte(`{"metadata":{"annotations":{"maintenance.nvidia.com/mcp-paused":"true","` + prepareAnnotation + `":"true"}},"spec":{"paused":true}}`)
+	if _, err := testBed.MCFG.MachineconfigurationV1().MachineConfigPools().Patch(s.ctx, s.pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		s.fatalf("pausing the pool as the maintenance operator does: %v", err)
+	}
+	s.updatePool()
+	s.startGuardian()
+	s.waitPoolEventMatching(time.Minute, "NothingToPrepare naming the maintenance operator", func(e corev1.Event) bool {
+		return e.Reason == "NothingToPrepare" && strings.Contains(e.Message, "maintenance operator")
+	})
+	s.holds(10*time.Second, "no Surge and no stall while the pool is paused", func() error {
+		if n := len(s.surges()); n != 0 {
+			return fmt.Errorf("%d Surges", n)
+		}
+		for _, r := range []string{"SurgeStarted", "StallDetected", "StallPredicted"} {
+			if len(s.events()[r]) != 0 {
+				return fmt.Errorf("a %s Event", r)
+			}
+		}
+		return nil
+	})
 }
