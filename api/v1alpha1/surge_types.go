@@ -94,9 +94,12 @@ type SurgeSpec struct {
 	// +optional
 	Pool string `json:"pool,omitempty"`
 	// Trigger says how the stall was seen: MCODrain, MCOTargeted, MCOPredicted (look-ahead), Cordoned,
-	// GPUDriverUpgrade (an NVIDIA GPU Operator driver upgrade), NodeMaintenance, or Prepared (surged
-	// ahead of the pool's update at the admin's request, held until it is Updated).
-	// +kubebuilder:validation:Enum=MCODrain;MCOTargeted;MCOPredicted;Cordoned;GPUDriverUpgrade;NodeMaintenance;Prepared
+	// Prepared (surged ahead of the pool's update at the admin's request, held until it is Updated),
+	// or the name of another drain source (GPUDriverUpgrade, NodeMaintenance, NodeLifecycle, ...: the
+	// table of drain sources names them, so the schema takes any such name rather than a list that
+	// each new source would have to change).
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z]*$`
+	// +kubebuilder:validation:MaxLength=63
 	Trigger string `json:"trigger"`
 	// Drain identifies this drain of the node: the config it updates to, or the cordon time.
 	Drain string `json:"drain"`

@@ -214,6 +214,11 @@ func ApplyRenderedConfig(ctx context.Context, mcfg mcfgclientset.Interface, name
 // policies apply to every pool of the cluster.
 func ApplyNodeDisruptionPolicies(ctx context.Context, op opclientset.Interface, admin opv1.NodeDisruptionPolicyConfig) error {
 	client := op.OperatorV1().MachineConfigurations()
+	if len(admin.SSHKey.Actions) == 0 {
+		// The CRD requires sshkey.actions once sshkey is written, and the Go type always writes it:
+		// spell out the MCO's default for SSH keys (pkg/apihelpers/apihelpers.go), None.
+		admin.SSHKey.Actions = []opv1.NodeDisruptionPolicySpecAction{{Type: opv1.NoneSpecAction}}
+	}
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		mc, err := client.Get(ctx, MachineConfigurationName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
