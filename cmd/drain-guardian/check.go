@@ -26,6 +26,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/logging"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
+	"github.com/drain-guardian/drain-guardian/internal/trigger"
 	"github.com/drain-guardian/drain-guardian/internal/version"
 )
 
@@ -46,7 +47,7 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // checkFlags are the daemon's flags that change what check predicts; the others (leader election,
 // endpoints, timeouts) play no part in it.
-var checkFlags = []string{"kubeconfig", "namespace-selector", "pool-selector", "restore", "kserve-llm-nil-semantics", "log-format", "log-level"}
+var checkFlags = []string{"kubeconfig", "namespace-selector", "pool-selector", "restore", "kserve-llm-nil-semantics", "log-format", "log-level", "read-machineconfigs"}
 
 // checkOptions are the flags of check beyond the daemon's.
 type checkOptions struct {
@@ -103,6 +104,10 @@ Exit codes: 0 no pod blocks a drain, 1 every blocking pod is resolvable, 2 somet
 	opts.AddFlags(daemon)
 	for _, name := range checkFlags {
 		cmd.Flags().AddFlag(daemon.Lookup(name))
+	}
+	// The drain sources' switches change which drains are predicted.
+	for _, k := range trigger.Kinds {
+		cmd.Flags().AddFlag(daemon.Lookup(k.Flag))
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&co.output, "output", "o", co.output, "Output format: "+strings.Join(check.Formats, ", ")+".")
