@@ -144,11 +144,11 @@ func newSignal(source Name, phase Phase, drain, detail string, node *corev1.Node
 // the ClusterPolicy's upgrade policy (DefaultUpgradePolicy when none can be read: the labels still
 // say where each node stands).
 var GPUDriverUpgradeKind = Kind{
-	Name:    GPUDriverUpgrade,
-	Noun:    "driver upgrade",
-	Next:    "the GPU Operator's next pick",
-	Flag:    "gpu-driver-upgrades",
-	Usage:   "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.",
+	Name:  GPUDriverUpgrade,
+	Noun:  "driver upgrade",
+	Next:  "the GPU Operator's next pick",
+	Flag:  "gpu-driver-upgrades",
+	Usage: "Treat NVIDIA GPU Operator driver upgrades (node label nvidia.com/gpu-driver-upgrade-state) as drains: surge from the node's selection (cordon-required), and ahead of it with --lookahead.",
 	Resources: []Resource{{
 		GVR: ClusterPolicyGVR,
 		// The upgrade policy shapes the prediction of every managed node.

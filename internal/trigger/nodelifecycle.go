@@ -15,11 +15,11 @@ const NodeLifecycle Name = "NodeLifecycle"
 // NodeLifecycleKind registers the Node lifecycle conditions in Kinds. They are read from the node
 // itself: no API to watch, nothing to grant. MaintenancePlanned is predicted with --lookahead.
 var NodeLifecycleKind = Kind{
-	Name:    NodeLifecycle,
-	Noun:    "maintenance drain",
-	Next:    "a node planned for maintenance (MaintenancePlanned)",
-	Flag:    "node-lifecycle",
-	Usage:   "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.",
+	Name:  NodeLifecycle,
+	Noun:  "maintenance drain",
+	Next:  "a node planned for maintenance (MaintenancePlanned)",
+	Flag:  "node-lifecycle",
+	Usage: "Treat Node lifecycle conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained; KEP-5683) as drains of their node: MaintenancePlanned surges ahead with --lookahead, DrainInProgress evicts, the surge is held until the conditions are gone and the node is schedulable.",
 	Signal: func(v View, node *corev1.Node, predict bool) Signal {
 		return NodeLifecycles{Predict: predict && v.Lookahead() > 0}.Signal(node)
 	},

@@ -196,10 +196,10 @@ func (n NodeMaintenances) Signal(node *corev1.Node) Signal {
 // the cluster serves it. An object that cannot be read is skipped (and logged): the guardian acts
 // on nothing it cannot explain.
 var NodeMaintenanceKind = Kind{
-	Name:    NodeMaintenance,
-	Noun:    "maintenance drain",
-	Flag:    "node-maintenance",
-	Usage:   "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.",
+	Name:  NodeMaintenance,
+	Noun:  "maintenance drain",
+	Flag:  "node-maintenance",
+	Usage: "Treat NodeMaintenance objects (nodemaintenance.medik8s.io, maintenance.nvidia.com) as drains of their node, when the cluster serves them.",
 	Resources: []Resource{
 		{GVR: Medik8sNodeMaintenanceGVR, NodeOf: NodeName},
 		{GVR: NVIDIANodeMaintenanceGVR, NodeOf: NodeName},
