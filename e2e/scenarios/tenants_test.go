@@ -49,11 +49,12 @@ var pinnedModels = []string{"pinned-1", "pinned-2", "pinned-3"}
 
 // TestTenants: tenant A makes every surge the guardian gives it useless (it pins the original pods of
 // three workloads with a second PDB once they are surged, so their evictions fail for good, and a
-// fourth workload asks for two billion replicas held at one pod by a quota, so its replacement never
-// comes). Tenant B's single-replica model, in another pool updated at the same time, is surged and
-// its pool updates as fast as it does with nobody else around: A never holds the slot B needs. The
-// guardian never restarts and its memory stays flat, and each of A's stalls ends, restored, with its
-// reason: EvictTimeout for the pinned ones (Event EvictionRefused), ReadyTimeout for the huge one.
+// fourth workload asks for two billion replicas held at one pod by a quota, so a replacement would
+// never come). Tenant B's single-replica model, in another pool updated at the same time, is surged
+// and its pool updates as fast as it does with nobody else around: A never holds the slot B needs.
+// The guardian never restarts and its memory stays flat, and each of A's stalls ends with its reason:
+// the pinned ones restored as MultiplePDBs (Event MultiplePDBs) as soon as their eviction is asked
+// for, the huge one never surged (Event NotSteady: it does not run what it asks for).
 func TestTenants(t *testing.T) {
 	a := newScenarioWithin(t, tenantsTimeout, "tenants-a", []testbed.NodeSpec{{Zone: "zone-a", GPUs: 4}, {Zone: "zone-b", GPUs: 4}}, "")
 	b := newScenarioWithin(t, tenantsTimeout, "tenants-b", gpuNodes(2, 1), selectorOf(modelLabels))
@@ -119,13 +120,13 @@ func TestTenants(t *testing.T) {
 	// Every stall of tenant A ends, restored, with its reason. The Events are what stays: a Failed
 	// Surge is deleted once its drain is over, and the ReplicaSet's scale-down after a restore removes
 	// the pinned pod from the node being drained.
-	a.eventually(3*time.Minute, "an Event for the end of each of tenant A's four surges", func() (bool, error) {
+	a.eventually(3*time.Minute, "an Event for the end of each of tenant A's four stalls", func() (bool, error) {
 		return len(a.surgeEndings()) == len(pinnedModels)+1, nil
 	})
 	pins.stop()
-	want := map[string]string{"huge": "ReadyTimeout"}
+	want := map[string]string{"huge": "NotSteady"}
 	for _, m := range pinnedModels {
-		want[m] = "EvictTimeout"
+		want[m] = "MultiplePDBs"
 	}
 	if got := a.surgeEndings(); !maps.Equal(got, want) {
 		t.Errorf("tenant A's surges ended with %v, want %v", got, want)
@@ -312,15 +313,19 @@ func (s *scenario) activeSurges() []string {
 	return out
 }
 
-// surgeEndings returns, by workload, how its failed surge ended according to the Warning Events:
-// EvictTimeout for EvictionRefused, ReadyTimeout for a SurgeFailed saying so, the message otherwise.
+// surgeEndings returns, by workload, how its stall ended according to the Warning Events:
+// EvictTimeout for EvictionRefused, MultiplePDBs and NotSteady for theirs, ReadyTimeout for a
+// SurgeFailed saying so, the message otherwise. A surge's ending wins over NotSteady: a workload
+// whose surge was just restored is scaling down, and the look-ahead's stall on its next node says so.
 func (s *scenario) surgeEndings() map[string]string {
 	s.t.Helper()
 	out := map[string]string{}
 	ev := s.events()
-	for _, e := range ev["EvictionRefused"] {
-		if e.Type == corev1.EventTypeWarning {
-			out[e.InvolvedObject.Name] = "EvictTimeout"
+	for _, r := range [][2]string{{"NotSteady", "NotSteady"}, {"EvictionRefused", "EvictTimeout"}, {"MultiplePDBs", "MultiplePDBs"}} {
+		for _, e := range ev[r[0]] {
+			if e.Type == corev1.EventTypeWarning {
+				out[e.InvolvedObject.Name] = r[1]
+			}
 		}
 	}
 	for _, e := range ev["SurgeFailed"] {

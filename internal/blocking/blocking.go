@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
@@ -62,14 +61,8 @@ func Skip(pod *podinfo.Pod) bool {
 // Selects reports whether pdb selects pod. In policy/v1 a nil selector selects nothing and an empty
 // one selects every pod of the namespace.
 func Selects(pdb *policyv1.PodDisruptionBudget, pod *podinfo.Pod) bool {
-	if pdb.Namespace != pod.Namespace || pdb.Spec.Selector == nil {
-		return false
-	}
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil {
-		return false
-	}
-	return sel.Matches(labels.Set(pod.Labels))
+	var none *SelectorCache
+	return none.Selects(pdb, pod)
 }
 
 // blocks reports whether pdb refuses to evict pod, as the Eviction API decides it: no disruption allowed,
@@ -106,28 +99,30 @@ func Find(pods []*podinfo.Pod, pdbs []*policyv1.PodDisruptionBudget) []Blocked {
 
 // PDBIndex holds PDBs by namespace with their selectors parsed: parsing a selector validates every
 // key and value, which costs more than matching it, so an analysis of many nodes parses each PDB
-// once. A PDB whose selector is absent or invalid selects nothing, as for the disruption controller.
+// once. A PDB whose selector is absent or invalid selects nothing, as for the disruption controller,
+// and is left out of the index: it costs nothing per pod.
 type PDBIndex struct {
 	byNamespace map[string][]compiledPDB
 }
 
 type compiledPDB struct {
 	pdb *policyv1.PodDisruptionBudget
-	sel labels.Selector
+	sel *Matcher
 }
 
 // NewPDBIndex parses the selectors of pdbs.
 func NewPDBIndex(pdbs []*policyv1.PodDisruptionBudget) *PDBIndex {
+	var none *SelectorCache
+	return none.Index(pdbs)
+}
+
+// Index is NewPDBIndex with the selectors parsed once per version of each PDB, by the cache.
+func (c *SelectorCache) Index(pdbs []*policyv1.PodDisruptionBudget) *PDBIndex {
 	x := &PDBIndex{byNamespace: map[string][]compiledPDB{}}
 	for _, pdb := range pdbs {
-		if pdb.Spec.Selector == nil {
-			continue
+		if sel := c.Matcher(pdb); sel != nil {
+			x.byNamespace[pdb.Namespace] = append(x.byNamespace[pdb.Namespace], compiledPDB{pdb, sel})
 		}
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil {
-			continue
-		}
-		x.byNamespace[pdb.Namespace] = append(x.byNamespace[pdb.Namespace], compiledPDB{pdb, sel})
 	}
 	return x
 }
@@ -141,7 +136,7 @@ func (x *PDBIndex) Find(pods []*podinfo.Pod) []Blocked {
 		}
 		var matched []*policyv1.PodDisruptionBudget
 		for _, c := range x.byNamespace[pod.Namespace] {
-			if c.sel.Matches(labels.Set(pod.Labels)) {
+			if c.sel.Matches(pod.Labels) {
 				matched = append(matched, c.pdb)
 			}
 		}

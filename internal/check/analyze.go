@@ -47,6 +47,9 @@ type Cluster struct {
 	// Rollouts are the drain sources' rollouts other than the MCO's (trigger.Kind.Rollout), each
 	// predicted as a pseudo-pool after the MachineConfigPools.
 	Rollouts []trigger.Rollout
+	// Selectors, when set, holds the PDBs' parsed selectors across analyses (the daemon's, renewed on
+	// a timer); nil parses each PDB's selector once per analysis.
+	Selectors *blocking.SelectorCache
 }
 
 // Config is the part of the guardian's configuration that changes the prediction.
@@ -179,7 +182,7 @@ type analysis struct {
 }
 
 func newAnalysis(cl Cluster, cfg Config) *analysis {
-	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*podinfo.Pod{}, pdbs: blocking.NewPDBIndex(cl.PDBs), namespaces: map[string]*corev1.Namespace{}}
+	a := &analysis{cl: cl, cfg: cfg, podsByNode: map[string][]*podinfo.Pod{}, pdbs: cl.Selectors.Index(cl.PDBs), namespaces: map[string]*corev1.Namespace{}}
 	for _, p := range cl.Pods {
 		if p.Spec.NodeName != "" {
 			a.podsByNode[p.Spec.NodeName] = append(a.podsByNode[p.Spec.NodeName], p)

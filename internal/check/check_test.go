@@ -409,3 +409,22 @@ func TestPendingUpdateDrainAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A workload that does not run what it asks for is not surged (the daemon's NotSteady): `check`
+// says so, and the update will stall on it.
+func TestNotSteadyVerdict(t *testing.T) {
+	c := newCluster(t)
+	c.pool()
+	c.node("gpu-a", 1)
+	c.node("gpu-b", 1)
+	d := c.deployment("huge", "gpu-a", 1, nil)
+	d.Spec.Replicas = ptr.To[int32](2_000_000_000)
+	r := Analyze(c.build(), Config{})
+	b := block(t, r, "huge")
+	if b.Verdict != NotSteady || !strings.Contains(b.Detail, "2000000000 replicas wanted, 1 running") {
+		t.Fatalf("huge: verdict %q (%s), want %q saying what runs", b.Verdict, b.Detail, NotSteady)
+	}
+	if r.ExitCode() != ExitStall {
+		t.Errorf("exit code %d, want %d", r.ExitCode(), ExitStall)
+	}
+}

@@ -135,6 +135,7 @@ func (c *cluster) deployment(name, node string, gpus int64, owner *metav1.OwnerR
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: models, UID: types.UID(name + "-uid")},
 		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}},
+		Status:     appsv1.DeploymentStatus{Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1},
 	}
 	if owner != nil {
 		d.OwnerReferences = []metav1.OwnerReference{*owner}
@@ -162,6 +163,7 @@ func (c *cluster) statefulSet(name, node string) {
 	c.ws = append(c.ws, &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: models, UID: types.UID(name + "-uid")},
 		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}},
+		Status:     appsv1.StatefulSetStatus{Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1},
 	})
 	c.pod(name, node, 0, ctrl("apps/v1", "StatefulSet", name))
 }

@@ -50,6 +50,9 @@ var (
 	SurgeFailed = verdictOf(guardian.StallSurgeFailed)
 	// SurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
 	SurgeTooLarge = verdictOf(guardian.StallSurgeTooLarge)
+	// NotSteady: the workload does not run what it asks for (replicas missing or not Ready, a
+	// rollout, an HPA scaling): the guardian surges it only once it does.
+	NotSteady = verdictOf(guardian.StallNotSteady)
 	// Unknown: the pod's owner could not be read now (a cache miss, a timeout); the daemon looks
 	// again, and so should whoever runs `check`.
 	Unknown = verdictOf(guardian.StallUnknown)
@@ -59,7 +62,7 @@ func verdictOf(r guardian.StallReason) Verdict { return Verdict(r.String()) }
 
 // Verdicts lists every verdict, resolvable ones first.
 func Verdicts() []Verdict {
-	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity, SurgeFailed, SurgeTooLarge, Unknown}
+	return []Verdict{Resolvable, ResolvableWithCapacity, UnsatisfiablePDB, MultiplePDBs, UnsupportedOwner, OptedOut, OutOfScope, MissingRBAC, NoCapacity, SurgeFailed, SurgeTooLarge, NotSteady, Unknown}
 }
 
 // Resolvable reports whether the guardian will resolve a pod with this verdict.

@@ -91,7 +91,7 @@ func stallWantsCapacity(r *check.Report) bool {
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
 	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Devices: c.devices(), DrainNeed: c.answers.need}
+	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Devices: c.devices(), DrainNeed: c.answers.need, Selectors: c.selectors}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

@@ -32,6 +32,7 @@ var stallReports = map[guardian.StallReason]stallReport{
 	guardian.StallUnsatisfiablePDB: {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
 	guardian.StallNoCapacity:       {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
 	guardian.StallSurgeTooLarge:    {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
+	guardian.StallNotSteady:        {eventType: corev1.EventTypeWarning, action: actionReport, failed: true},
 	guardian.StallDeferred:         {eventType: corev1.EventTypeNormal, action: actionSurge},
 	guardian.StallLookaheadSkipped: {skipped: true},
 }

@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/dra"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
@@ -102,6 +103,8 @@ type Controller struct {
 	pods       podinfo.Lister
 	podIndexer cache.Indexer
 	pdbs       policylisters.PodDisruptionBudgetLister
+	// selectors holds the PDBs' parsed selectors, one parse per change of a PDB.
+	selectors  *blocking.SelectorCache
 	namespaces corelisters.NamespaceLister
 	// pools is nil when the cluster does not serve MachineConfigPools (plain Kubernetes).
 	pools          mcfglisters.MachineConfigPoolLister
@@ -157,7 +160,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "drain_guardian", MetricsProvider: m.NewWorkqueueProvider()},
 		),
 		events: &eventer{recorder: recorder, log: log},
-		gauges: newGauges(m),
+		gauges: newGauges(m), selectors: blocking.NewSelectorCache(),
 	}
 	c.setClock(clock.RealClock{})
 	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(slim))
@@ -214,7 +217,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 	}{
 		{nodeInf.Informer(), c.handler(c.onNode)},
 		{podInf.Informer(), c.podHandler()},
-		{pdbInf.Informer(), c.handler(c.onPDB)},
+		{pdbInf.Informer(), c.pdbHandler()},
 		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
 		{ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))},
 		{hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))},

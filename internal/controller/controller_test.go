@@ -378,6 +378,7 @@ func TestStatefulSetIsSurgedByReplicas(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, UID: "ss-uid", ResourceVersion: "1"},
 		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labelsModel},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labelsModel}}},
+		Status: appsv1.StatefulSetStatus{Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1},
 	}
 	pod := modelPod("db-0", "w1", true)
 	pod.OwnerReferences[0] = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "ss-uid", Controller: ptr.To(true)}

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 )
 
 // Event reasons, one per transition of a stall's life.
@@ -41,6 +43,12 @@ const (
 	ReasonSurgeNotWritten = "SurgeNotWritten"
 	// ReasonEvictionRefused: a Ready surge's blocked pod did not leave within --evict-timeout.
 	ReasonEvictionRefused = "EvictionRefused"
+	// ReasonReplacementRefused: the pod owner's controller was refused the replacement pods (quota,
+	// LimitRange, admission) for guardian.ReplacementRefusedTimeout.
+	ReasonReplacementRefused = guardian.ReasonReplacementRefused
+	// ReasonMultiplePDBs: a Ready surge's blocked pod is selected by another PDB as well, which the
+	// Eviction API refuses whatever the budgets.
+	ReasonMultiplePDBs = guardian.ReasonMultiplePDBs
 )
 
 // eventer records Kubernetes Events and logs them, so that logs and Events tell one story.

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,7 +13,6 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
-	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
@@ -135,11 +136,32 @@ func (c *Controller) onPDB(obj any) {
 	}
 }
 
+// pdbHandler is onPDB for every event; a deleted PDB's parsed selector is forgotten.
+func (c *Controller) pdbHandler() cache.ResourceEventHandler {
+	h := c.handler(c.onPDB).(cache.ResourceEventHandlerFuncs)
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: h.AddFunc, UpdateFunc: h.UpdateFunc,
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pdb, ok := obj.(*policyv1.PodDisruptionBudget); ok {
+				c.selectors.Forget(pdb.UID)
+			}
+			h.DeleteFunc(obj)
+		},
+	}
+}
+
 // selectsPodOn reports whether the PDB selects a pod of its namespace on the node.
 func (c *Controller) selectsPodOn(pdb *policyv1.PodDisruptionBudget, node string) bool {
+	sel := c.selectors.Matcher(pdb)
+	if sel == nil {
+		return false
+	}
 	pods, _ := c.podsOn(node)
 	for _, p := range pods {
-		if p.Namespace == pdb.Namespace && blocking.Selects(pdb, p) {
+		if p.Namespace == pdb.Namespace && sel.Matches(p.Labels) {
 			return true
 		}
 	}
@@ -147,19 +169,33 @@ func (c *Controller) selectsPodOn(pdb *policyv1.PodDisruptionBudget, node string
 }
 
 // onScalable re-examines the Surges whose target or pod owner the object is: someone may change their
-// fields, and a two-step restore waits on the pod owner's counts.
+// fields, and a two-step restore waits on the pod owner's counts. It also re-examines the nodes under
+// drain that run a pod of the object's namespace: a stall deferred as NotSteady is surged as soon as
+// its workload settles.
 func (c *Controller) onScalable(kind workload.Kind) func(obj any) {
 	return func(obj any) {
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return
 		}
+		c.enqueueNodesRunning(m.GetNamespace())
 		for _, s := range c.surges.InNamespace(m.GetNamespace()) {
 			target := s.Spec.Target.Kind == string(kind) && s.Spec.Target.Name == m.GetName()
 			owner := s.Spec.PodOwner.Kind == string(kind) && s.Spec.PodOwner.Name == m.GetName()
 			if target || owner {
 				c.enqueueSurge(s)
 			}
+		}
+	}
+}
+
+// enqueueNodesRunning re-examines the nodes under drain that run a pod of the namespace. Nodes under
+// drain are few; each lookup is an index read.
+func (c *Controller) enqueueNodesRunning(namespace string) {
+	for _, n := range c.drains.watchedNodes() {
+		pods, _ := c.podsOn(n)
+		if slices.ContainsFunc(pods, func(p *podinfo.Pod) bool { return p.Namespace == namespace }) {
+			c.enqueueNode(n)
 		}
 	}
 }

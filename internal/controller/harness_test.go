@@ -462,7 +462,7 @@ func model(replicas int32, nodes ...string) []runtime.Object {
 			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labelsModel},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labelsModel}},
 		},
-		Status: appsv1.DeploymentStatus{Replicas: replicas},
+		Status: appsv1.DeploymentStatus{Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: replicas},
 	}
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "model-abc", Namespace: ns, UID: "rs-uid", ResourceVersion: "1",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "model", UID: "dep-uid", Controller: ptr.To(true)}}}}

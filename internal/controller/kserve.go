@@ -116,7 +116,7 @@ func (k *kserveAPIs) discover(ctx context.Context) error {
 
 func (k *kserveAPIs) start(ctx context.Context, kind workload.Kind, gvr schema.GroupVersionResource) {
 	inf := k.factory.ForResource(gvr).Informer()
-	_ = inf.SetTransform(stripManagedFields)
+	_ = inf.SetTransform(slimKServe)
 	if _, err := inf.AddEventHandler(k.handler(kind)); err != nil {
 		k.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
 		return

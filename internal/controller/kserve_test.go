@@ -47,7 +47,8 @@ func withInferenceService(t *testing.T, h *harness, dyn *dynamicfake.FakeDynamic
 		u, err := dyn.Resource(isvcGVR).Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
 		switch {
 		case err == nil:
-			items = append(items, u)
+			// The cache holds what the KServe informers' transform keeps.
+			items = append(items, workload.SlimKServe(u))
 		case !apierrors.IsNotFound(err):
 			t.Fatal(err)
 		}

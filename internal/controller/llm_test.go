@@ -53,7 +53,8 @@ func TestLLMInferenceServiceKeepSemanticsRestoreEndsAtTheOriginalCount(t *testin
 	}
 	refresh := func() {
 		h.refresh()
-		if err := idx.Replace([]any{get()}, ""); err != nil {
+		// The cache holds what the KServe informers' transform keeps.
+		if err := idx.Replace([]any{workload.SlimKServe(get())}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -181,5 +181,5 @@ func (c *Controller) blockedOn(node string) ([]blocking.Blocked, error) {
 		}
 		pdbs = append(pdbs, list...)
 	}
-	return blocking.Find(pods, pdbs), nil
+	return c.selectors.Index(pdbs).Find(pods), nil
 }

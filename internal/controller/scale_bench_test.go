@@ -63,7 +63,7 @@ func scaleCluster() []runtimepkg.Object {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsName, UID: types.UID(name + "-d"), ResourceVersion: "1"},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(replicas)), Selector: sel, Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: richPod().Spec}},
-			Status: appsv1.DeploymentStatus{Replicas: int32(replicas), ReadyReplicas: int32(replicas)}}
+			Status: appsv1.DeploymentStatus{Replicas: int32(replicas), UpdatedReplicas: int32(replicas), ReadyReplicas: int32(replicas)}}
 		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name + "-5d8f7", Namespace: nsName, UID: types.UID(name + "-rs"), ResourceVersion: "1",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: d.UID, Controller: ptr.To(true)}}},
 			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(replicas)), Selector: sel, Template: d.Spec.Template}}

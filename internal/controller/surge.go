@@ -210,6 +210,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !c.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
 	}
 	observePods(&obs, sc.pods, s.Spec.Node)
+	c.observeRefusals(&obs, sc)
 	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
@@ -225,6 +226,43 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	}
 	c.flight.holding(s, heldResources(s, sc.pods))
 	return obs
+}
+
+// observeRefusals fills what says a surge cannot progress: the replacements refused by the pod
+// owner's controller (Surged), another PDB selecting the blocked pod (Ready).
+func (c *Controller) observeRefusals(obs *guardian.Observation, sc *surgeCase) {
+	s, owner := sc.s, sc.owner
+	switch {
+	case owner == nil:
+	case s.PhaseOf() == v1alpha1.PhaseSurged && owner.StatusReplicas < owner.Replicas:
+		obs.ReplacementRefused = owner.ReplicaFailure
+	case s.PhaseOf() == v1alpha1.PhaseReady && obs.LiveOnNode > 0:
+		obs.OtherPDB = c.otherPDB(s, sc.pods)
+	}
+}
+
+// otherPDB names a PDB, other than the one the Surge was made for, that selects a live pod of the
+// workload on the Surge's node while the Surge's own PDB allows a disruption; "" when there is none.
+func (c *Controller) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
+	own, err := c.pdbs.PodDisruptionBudgets(s.Namespace).Get(s.Spec.PDB)
+	if err != nil || own.Status.DisruptionsAllowed < 1 || own.Status.ObservedGeneration < own.Generation {
+		return ""
+	}
+	pdbs, err := c.pdbs.PodDisruptionBudgets(s.Namespace).List(labels.Everything())
+	if err != nil {
+		return ""
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != s.Spec.Node || blocking.Skip(p) {
+			continue
+		}
+		for _, pdb := range pdbs {
+			if pdb.Name != s.Spec.PDB && c.selectors.Selects(pdb, p) {
+				return pdb.Name
+			}
+		}
+	}
+	return ""
 }
 
 // nodeDrain is NodeTrigger's answer for the node, of the given pool, now.
@@ -429,7 +467,7 @@ func withPhase(s *v1alpha1.Surge, phase v1alpha1.Phase, reason, message string, 
 	t := metav1.NewTime(now)
 	next.Status.Phase, next.Status.Message = phase, message
 	condition := map[v1alpha1.Phase]string{
-		v1alpha1.PhaseSurged: "Surged", v1alpha1.PhaseReady: "ReplacementReady", v1alpha1.PhaseResolved: "DrainUnblocked",
+		v1alpha1.PhaseSurged: guardian.ConditionSurged, v1alpha1.PhaseReady: "ReplacementReady", v1alpha1.PhaseResolved: "DrainUnblocked",
 		v1alpha1.PhaseRestoring: "Restoring", v1alpha1.PhaseFailed: "Restored",
 	}[phase]
 	switch phase {
@@ -470,6 +508,9 @@ func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian
 	t := metav1.NewTime(now)
 	next.Status.Phase, next.Status.Reason, next.Status.Failed, next.Status.RestoreTime = v1alpha1.PhaseRestoring, a.Reason, a.Failed, &t
 	next.Status.Message = "Restoring " + describeRestore(s.Spec.Fields, nil) + " (" + a.Reason + ")"
+	if a.Detail != "" {
+		next.Status.Message += ": " + a.Detail
+	}
 	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: "Restoring", Status: metav1.ConditionTrue, Reason: a.Reason, Message: next.Status.Message, LastTransitionTime: t, ObservedGeneration: s.Generation})
 	return c.exec.updateStatus(ctx, next)
 }
@@ -533,6 +574,18 @@ func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kep
 		c.event(eref, corev1.EventTypeWarning, ReasonEvictionRefused, actionRestore,
 			"Pod %s did not leave node %s within --evict-timeout=%s of its replacement being Ready: the workload's own disruption budgets refuse it. Restored %s",
 			s.Spec.BlockedPod, s.Spec.Node, c.cfg.EvictTimeout, describeRestore(s.Spec.Fields, kept))
+	case s.Status.Failed && reason == guardian.ReasonReplacementRefused:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonReplacementRefused, actionRestore,
+			"The replacement pod(s) were refused for %s (%s). Restored %s; pod %s still blocks the drain of node %s",
+			guardian.ReplacementRefusedTimeout, restoreDetail(s), describeRestore(s.Spec.Fields, kept), s.Spec.BlockedPod, s.Spec.Node)
+		c.enqueueNode(s.Spec.Node)
+	case s.Status.Failed && reason == guardian.ReasonMultiplePDBs:
+		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
+		c.event(eref, corev1.EventTypeWarning, ReasonMultiplePDBs, actionRestore,
+			"Pod %s cannot be evicted from node %s although PDB %s allows it: %s, and the Eviction API refuses a pod that two PDBs select. Restored %s",
+			s.Spec.BlockedPod, s.Spec.Node, s.Spec.PDB, restoreDetail(s), describeRestore(s.Spec.Fields, kept))
+		c.enqueueNode(s.Spec.Node)
 	case s.Status.Failed:
 		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
 		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,
@@ -541,6 +594,19 @@ func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kep
 		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
 			"Restored %s (%s) after %s", describeRestore(s.Spec.Fields, kept), reason, obs.Now.Sub(s.Spec.StartTime.Time).Round(time.Second))
 	}
+}
+
+// restoreDetail is what the decision to restore observed (guardian.Action.Detail), kept in the
+// Restoring condition's message after the reason.
+func restoreDetail(s *v1alpha1.Surge) string {
+	c := meta.FindStatusCondition(s.Status.Conditions, "Restoring")
+	if c == nil {
+		return s.Status.Reason
+	}
+	if _, detail, ok := strings.Cut(c.Message, "("+s.Status.Reason+"): "); ok {
+		return detail
+	}
+	return s.Status.Reason
 }
 
 // observePods fills the pod-derived parts of the observation.

@@ -36,7 +36,10 @@ func TestHugeReplicaCountBooksOnlyWhatTheSurgeAdds(t *testing.T) {
 	objs := stalled()
 	for _, o := range objs {
 		if d, ok := o.(*appsv1.Deployment); ok {
+			// At rest as far as the cache says (see TestWorkloadNotAtRestIsNotSurged for one that is
+			// not): the count is the tenant's, the booking must not follow it.
 			d.Spec.Replicas = ptr.To(int32(2_000_000_000))
+			d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas = 2_000_000_000, 2_000_000_000, 2_000_000_000
 		}
 	}
 	h := newHarness(t, nil, objs...)

@@ -1,16 +1,23 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 
@@ -140,6 +147,13 @@ func TestSlimNodeAndWorkloads(t *testing.T) {
 	if want := map[string]string{workload.IgnoreAnnotation: "true"}; !reflect.DeepEqual(sd.Annotations, want) || sd.Status.Conditions != nil ||
 		sd.Status.Replicas != 1 || sd.Status.UpdatedReplicas != 1 || sd.Status.ObservedGeneration != 2 {
 		t.Errorf("deployment metadata or status slimmed wrongly: %v %+v", sd.Annotations, sd.Status)
+	}
+	// The ReplicaFailure condition says why a surge's replacements are not created: it is kept.
+	refused := appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: "exceeded quota"}
+	d.Status.Conditions = append(d.Status.Conditions, refused)
+	got, _ = slim(d)
+	if sd := got.(*appsv1.Deployment); !reflect.DeepEqual(sd.Status.Conditions, []appsv1.DeploymentCondition{refused}) {
+		t.Errorf("deployment conditions slimmed to %+v, want the ReplicaFailure one", sd.Status.Conditions)
 	}
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "d-5d8f7", Namespace: ns, UID: "rs", ResourceVersion: "3",
 		Labels: map[string]string{"app": "llm"}, Annotations: map[string]string{"deployment.kubernetes.io/revision": "3"},
@@ -311,4 +325,169 @@ func BenchmarkNodeHeartbeat(b *testing.B) {
 			b.Fatal("a heartbeat counts as a change")
 		}
 	}
+}
+
+// oversizedPDB is a tenant's PDB as the API returns it: about a megabyte of annotations, thousands of
+// labels and a selector of thousands of values, selecting nothing.
+func oversizedPDB(i int) *policyv1.PodDisruptionBudget {
+	big := strings.Repeat("x", 1<<20)
+	labels := make(map[string]string, 2000)
+	for j := range 2000 {
+		labels[fmt.Sprintf("tenant.example.com/label-%04d", j)] = fmt.Sprintf("value-%04d", j)
+	}
+	values := make([]string, 5000)
+	for j := range values {
+		values[j] = fmt.Sprintf("nothing-%05d", j)
+	}
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: "tenant-a", UID: types.UID(fmt.Sprintf("big-%d", i)),
+			ResourceVersion: "1", Generation: 1, Labels: labels, Annotations: map[string]string{"example.com/blob": big},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: values}}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1,
+			DisruptedPods: map[string]metav1.Time{"p": metav1.NewTime(t0)},
+			Conditions:    []metav1.Condition{{Type: policyv1.DisruptionAllowedCondition, Message: big[:1000]}}},
+	}
+}
+
+// A PDB keeps its identity, selector, budget and status counts; labels, annotations, the per-pod
+// disruption map and conditions go. The decisions read the same of it before and after.
+func TestSlimPDBKeepsWhatDecisionsRead(t *testing.T) {
+	full := oversizedPDB(0)
+	full.Spec.UnhealthyPodEvictionPolicy = ptr.To(policyv1.AlwaysAllow)
+	got, _ := slim(full.DeepCopy())
+	p := got.(*policyv1.PodDisruptionBudget)
+	if p.Labels != nil || p.Annotations != nil || p.ManagedFields != nil || p.Status.DisruptedPods != nil || p.Status.Conditions != nil {
+		t.Errorf("PDB kept what nothing reads: %+v", p.ObjectMeta)
+	}
+	if !reflect.DeepEqual(p.Spec, full.Spec) || p.UID != full.UID || p.ResourceVersion != full.ResourceVersion || p.Generation != full.Generation ||
+		p.Status.ObservedGeneration != 1 || p.Status.CurrentHealthy != 1 || p.Status.DesiredHealthy != 1 || p.Status.ExpectedPods != 1 {
+		t.Errorf("PDB slimmed to %+v, want the spec and status counts of %+v", p, full)
+	}
+	d1, w1 := blocking.SurgeNeeded(full)
+	d2, w2 := blocking.SurgeNeeded(p)
+	if d1 != d2 || w1 != w2 {
+		t.Errorf("SurgeNeeded = %d %q after slim, %d %q before", d2, w2, d1, w1)
+	}
+}
+
+// An HPA keeps its target, counts and scaling state, and the opt-out annotation.
+func TestSlimHPAKeepsWhatSurgesRead(t *testing.T) {
+	h := hpaFor(ptr.To(int32(1)), 3)
+	h.Annotations = map[string]string{workload.IgnoreAnnotation: "true", lastAppliedAnnotation: "{}"}
+	h.Labels = map[string]string{"team": "nlp"}
+	h.Spec.Metrics = []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType}}
+	h.Status.CurrentReplicas, h.Status.DesiredReplicas = 1, 2
+	got, _ := slim(h.DeepCopy())
+	s := got.(*autoscalingv2.HorizontalPodAutoscaler)
+	if !reflect.DeepEqual(s.Annotations, map[string]string{workload.IgnoreAnnotation: "true"}) || s.Labels != nil || s.Spec.Metrics != nil {
+		t.Errorf("HPA kept %v %v %v", s.Annotations, s.Labels, s.Spec.Metrics)
+	}
+	if s.Spec.ScaleTargetRef != h.Spec.ScaleTargetRef || *s.Spec.MinReplicas != 1 || s.Spec.MaxReplicas != 3 ||
+		s.Status.CurrentReplicas != 1 || s.Status.DesiredReplicas != 2 || s.UID != h.UID || s.ResourceVersion != h.ResourceVersion {
+		t.Errorf("HPA slimmed to %+v", s)
+	}
+}
+
+// A KServe object keeps the spec fields its kind's handler reads: the surge planned on the cached
+// object is the one planned on the full object.
+func TestSlimKServeKeepsWhatSurgesRead(t *testing.T) {
+	full := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": workload.KServeGroup + "/v1beta1", "kind": "InferenceService",
+		"metadata": map[string]any{"name": "granite", "namespace": ns, "uid": "isvc-uid", "resourceVersion": "4",
+			"labels":      map[string]any{"team": "nlp"},
+			"annotations": map[string]any{workload.AutoscalerClassAnnotation: "hpa", lastAppliedAnnotation: strings.Repeat("x", 4096)}},
+		"spec": map[string]any{"predictor": map[string]any{"minReplicas": int64(1), "maxReplicas": int64(1),
+			"model": map[string]any{"storageUri": "s3://models/granite", "args": []any{"--big"}}}},
+		"status": map[string]any{"url": "http://granite"},
+	}}
+	got, _ := slimKServe(full.DeepCopy())
+	u := got.(*unstructured.Unstructured)
+	want := map[string]any{"predictor": map[string]any{"minReplicas": int64(1), "maxReplicas": int64(1)}}
+	if !reflect.DeepEqual(u.Object["spec"], want) || u.Object["status"] != nil || u.GetLabels() != nil {
+		t.Errorf("InferenceService slimmed to %v", u.Object)
+	}
+	if !reflect.DeepEqual(u.GetAnnotations(), map[string]string{workload.AutoscalerClassAnnotation: "hpa"}) || u.GetUID() != "isvc-uid" || u.GetResourceVersion() != "4" {
+		t.Errorf("InferenceService metadata slimmed to %v", u.Object["metadata"])
+	}
+	// A multi-node predictor is kept as such (its presence is all that is read).
+	_ = unstructured.SetNestedField(full.Object, map[string]any{"tensorParallelSize": int64(8)}, "spec", "predictor", "workerSpec")
+	got, _ = slimKServe(full.DeepCopy())
+	if _, found, _ := unstructured.NestedMap(got.(*unstructured.Unstructured).Object, "spec", "predictor", "workerSpec"); !found {
+		t.Error("the workerSpec marker was dropped: a multi-node predictor would be surged")
+	}
+}
+
+// typicalPDB is a PDB as a Helm chart writes it: a few labels, kubectl's last-applied copy.
+func typicalPDB(i int) *policyv1.PodDisruptionBudget {
+	p := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("llm-%d", i), Namespace: "models", UID: types.UID(fmt.Sprintf("llm-%d", i)),
+			ResourceVersion: "1", Generation: 1, Labels: map[string]string{"app.kubernetes.io/name": "llm", "app.kubernetes.io/managed-by": "Helm"}},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{"app.kubernetes.io/name": fmt.Sprintf("llm-%d", i)}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1,
+			Conditions: []metav1.Condition{{Type: policyv1.DisruptionAllowedCondition, Status: metav1.ConditionFalse, Reason: "InsufficientPods",
+				LastTransitionTime: metav1.NewTime(t0)}}},
+	}
+	applied, _ := json.Marshal(p.Spec)
+	p.Annotations = map[string]string{lastAppliedAnnotation: string(applied)}
+	return p
+}
+
+// BenchmarkPDBCacheOversized reports the bytes the PDB cache keeps per PDB, as decoded by the
+// informer (raw) and after the transform with its parsed selector (slim), for a tenant's oversized
+// PDB (see oversizedPDB) and a typical one: the rows of docs/benchmarks.md.
+func BenchmarkPDBCacheOversized(b *testing.B) {
+	b.Run("oversized", func(b *testing.B) { benchPDBCache(b, 20, oversizedPDB) })
+	b.Run("typical", func(b *testing.B) { benchPDBCache(b, 3000, typicalPDB) })
+}
+
+func benchPDBCache(b *testing.B, n int, build func(int) *policyv1.PodDisruptionBudget) {
+	encoded := make([][]byte, n)
+	for i := range encoded {
+		var err error
+		if encoded[i], err = json.Marshal(build(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	decode := func(i int) *policyv1.PodDisruptionBudget {
+		var p policyv1.PodDisruptionBudget
+		if err := json.Unmarshal(encoded[i], &p); err != nil {
+			b.Fatal(err)
+		}
+		return &p
+	}
+	for _, mode := range []string{"raw", "slim"} {
+		b.Run(mode, func(b *testing.B) {
+			var kept float64
+			for b.Loop() {
+				before := heapInUse()
+				cache := make([]any, n)
+				selectors := blocking.NewSelectorCache()
+				for i := range n {
+					p := decode(i)
+					p.ManagedFields = nil
+					cache[i] = p
+					if mode == "slim" {
+						o, _ := slim(p)
+						cache[i] = o
+						selectors.Matcher(o.(*policyv1.PodDisruptionBudget))
+					}
+				}
+				kept = float64(heapInUse()-before) / float64(n)
+				runtime.KeepAlive(cache)
+				runtime.KeepAlive(selectors)
+			}
+			b.ReportMetric(kept, "bytes/PDB")
+		})
+	}
+}
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -39,6 +39,14 @@ type Observation struct {
 	ReadySurvivors int32
 	// UnschedulableSince is when the oldest Unschedulable pod of the workload became so, if any.
 	UnschedulableSince *time.Time
+	// ReplacementRefused says why the pod owner's controller cannot create the surge's replacements
+	// (the message of its ReplicaFailure condition, reason FailedCreate: a quota, a LimitRange, an
+	// admission webhook) while it runs fewer pods than it wants; "" otherwise.
+	ReplacementRefused string
+	// OtherPDB names a PDB other than the Surge's own that selects a pod of the workload on the node,
+	// while the Surge's own PDB allows a disruption: the Eviction API refuses a pod that two PDBs
+	// select, whatever the budgets. "" when there is none.
+	OtherPDB string
 	// CaughtUp: the pod owner runs exactly the explicit count of a two-step restore.
 	CaughtUp bool
 	// CapacityWanted: a stall of the same pool (of any pool, for a Prepared surge) waits for capacity
@@ -112,6 +120,8 @@ const (
 	ReasonNoCapacity     = "NoCapacity"
 	// ReasonSurgeTooLarge: the PDB needs more added replicas than --max-surge-replicas allows.
 	ReasonSurgeTooLarge = "SurgeTooLarge"
+	// ReasonNotSteady: the workload does not run what it asks for; it is not surged until it does.
+	ReasonNotSteady = "NotSteady"
 	// ReasonPredictionMissed: a look-ahead surge's node is no longer among the MCO's next targets
 	// (pool paused, order changed, target reverted) before its drain, or the machine-config daemon
 	// answered that the update it was made for goes on without a drain.
@@ -126,7 +136,17 @@ const (
 	ReasonEvictTimeout = "EvictTimeout"
 	// ReasonPrepareWithdrawn: the pool of a Prepared surge no longer asks to be prepared.
 	ReasonPrepareWithdrawn = "PrepareWithdrawn"
+	// ReasonReplacementRefused: the pod owner's controller was refused the replacement pods (quota,
+	// LimitRange, admission) for ReplacementRefusedTimeout.
+	ReasonReplacementRefused = "ReplacementRefused"
+	// ReasonMultiplePDBs: the blocked pod's eviction is refused because another PDB selects it too,
+	// while the budget the surge was made for allows the disruption.
+	ReasonMultiplePDBs = "MultiplePDBs"
 )
+
+// ConditionSurged is the condition a Surge gets when its fields are written: its LastTransitionTime
+// is when ReplacementRefusedTimeout starts.
+const ConditionSurged = "Surged"
 
 // ConditionEvictionDue is the condition a Ready Surge gets when its node is being drained: its
 // LastTransitionTime is when --evict-timeout started.
@@ -137,6 +157,16 @@ const ConditionEvictionDue = "EvictionDue"
 // or conflicts each time (a tenant changing the workload in a loop, an admission webhook refusing
 // it): a Pending Surge holds a --max-concurrent-surges slot, which nobody may hold forever.
 const PendingTimeout = time.Minute
+
+// ReplacementRefusedTimeout bounds how long a Surged surge waits while its pod owner's controller
+// reports that the replacement pods are refused (Observation.ReplacementRefused). A refusal can be a
+// race that heals by itself: a quota whose usage still counts a pod that just left, recalculated by
+// the quota controller within seconds of the deletion; the ReplicaSet controller retries a failed
+// creation with a per-item backoff doubling from 5 ms, a dozen attempts in the first 20 seconds. A
+// refusal that outlasts 30 s is the tenant's quota, LimitRange or webhook, which nothing the guardian
+// waits for will change: the surge is restored and its slot freed at once instead of after
+// --ready-timeout (30 minutes).
+const ReplacementRefusedTimeout = 30 * time.Second
 
 const (
 	defaultRecheckPeriod = 30 * time.Second
@@ -159,6 +189,9 @@ type Action struct {
 	EvictNow bool
 	// EvictionDue, on MarkReady, also records ConditionEvictionDue: the node is being drained already.
 	EvictionDue bool
+	// Detail, on a StartRestore that fails the surge, says what the observation showed (the refusal's
+	// message, the other PDB): it goes into the Surge's status and the failure's Event.
+	Detail string
 	// After is when to look again if nothing changes before.
 	After time.Duration
 }
@@ -187,6 +220,13 @@ func Decide(cfg Config, o Observation) Action {
 		if o.ReadyElsewhere >= s.Spec.ReadyBefore+s.Spec.Delta {
 			due := o.LiveOnNode > 0 && evictionDue(o)
 			return Action{Kind: ActMarkReady, EvictionDue: due, EvictNow: cfg.Evict && due}
+		}
+		if o.ReplacementRefused != "" {
+			refused := o.Now.Sub(surgedAt(s))
+			if refused >= ReplacementRefusedTimeout {
+				return Action{Kind: ActStartRestore, Reason: ReasonReplacementRefused, Failed: true, Detail: o.ReplacementRefused}
+			}
+			next = min(next, ReplacementRefusedTimeout-refused)
 		}
 		if o.UnschedulableSince != nil {
 			stuck := o.Now.Sub(*o.UnschedulableSince)
@@ -228,6 +268,14 @@ func decideEviction(cfg Config, o Observation, next time.Duration) Action {
 	if c == nil {
 		return Action{Kind: ActMarkEvictionDue, EvictNow: cfg.Evict}
 	}
+	if o.OtherPDB != "" {
+		// The eviction was asked for (when the condition was set) and the budget this surge was made
+		// for allows it, but another PDB selects the pod: the Eviction API refuses it whatever the
+		// budgets, and retrying until --evict-timeout would hold the slot for nothing. The stall
+		// decision sees the pod's two PDBs again and reports them.
+		return Action{Kind: ActStartRestore, Reason: ReasonMultiplePDBs, Failed: true,
+			Detail: "PDB " + o.OtherPDB + " also selects the pod"}
+	}
 	waited := o.Now.Sub(c.LastTransitionTime.Time)
 	if waited >= cfg.EvictTimeout {
 		return Action{Kind: ActStartRestore, Reason: ReasonEvictTimeout, Failed: true}
@@ -237,6 +285,15 @@ func decideEviction(cfg Config, o Observation, next time.Duration) Action {
 		return Action{Kind: ActEvict, After: min(next, evictRetryPeriod)}
 	}
 	return Action{Kind: ActWait, After: next}
+}
+
+// surgedAt is when the Surge's fields were recorded as written (its Surged condition), or its start
+// when the condition is missing.
+func surgedAt(s *v1alpha1.Surge) time.Time {
+	if c := meta.FindStatusCondition(s.Status.Conditions, ConditionSurged); c != nil {
+		return c.LastTransitionTime.Time
+	}
+	return s.Spec.StartTime.Time
 }
 
 // evictionDue reports whether the blocked pods should leave the Surge's node now: it is cordoned and
@@ -453,6 +510,18 @@ func anyIn(states []workload.FieldState, want workload.FieldState) bool {
 		}
 	}
 	return false
+}
+
+// SlotHold bounds how long a Surge made for a drain under way holds a --max-concurrent-surges slot,
+// whatever its tenant does: it is Pending and Surged at most --ready-timeout from its start (the
+// Pending deadline, PendingTimeout, is shorter), and Ready at most --evict-timeout from its node's
+// drain. A workload not at rest takes no slot (StallNotSteady), a refused replacement frees it after
+// ReplacementRefusedTimeout, a second PDB over the blocked pod at once. The slot rule (see slot in
+// stall.go) gives a freed slot first to the namespaces with the fewest surges in flight: a stall of a
+// namespace with none waits for at most one SlotHold per --max-concurrent-surges stalls of other such
+// namespaces that waited longer (docs/security.md).
+func SlotHold(cfg Config) time.Duration {
+	return max(cfg.ReadyTimeout, PendingTimeout) + cfg.EvictTimeout
 }
 
 // InFlight reports whether a Surge is a stall being served, the kind --max-concurrent-surges bounds:

@@ -268,6 +268,27 @@ func surgedCases() []decideCase {
 			want: Action{Kind: ActMarkReady, EvictNow: true, EvictionDue: true},
 		},
 		{
+			// A tenant's quota refuses the replacement: the slot is freed after 30 s, not after
+			// --ready-timeout.
+			name: "replacements refused past the bound: restore, failed", phase: surged,
+			surge: surgedAgo(ReplacementRefusedTimeout),
+			obs:   func(o *Observation) { o.ReplacementRefused = "exceeded quota: pods" },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonReplacementRefused, Failed: true, Detail: "exceeded quota: pods"},
+		},
+		{
+			name: "replacements refused for 10s: look again when the bound is over", phase: surged,
+			surge: surgedAgo(10 * time.Second),
+			obs:   func(o *Observation) { o.ReplacementRefused = "exceeded quota: pods" },
+			want:  Action{Kind: ActWait, After: ReplacementRefusedTimeout - 10*time.Second},
+		},
+		{
+			// The bound runs from the write of the fields, not from the Surge's creation.
+			name: "replacements refused, fields written 10s ago by a Surge created long before", phase: surged,
+			surge: func(s *v1alpha1.Surge) { startedAgo(5 * minute)(s); surgedAgo(10 * time.Second)(s) },
+			obs:   func(o *Observation) { o.ReplacementRefused = "exceeded quota: pods" },
+			want:  Action{Kind: ActWait, After: ReplacementRefusedTimeout - 10*time.Second},
+		},
+		{
 			name: "replacement Unschedulable past the schedule timeout", phase: surged,
 			obs:  func(o *Observation) { o.UnschedulableSince = ptrTime(now.Add(-5 * minute)) },
 			want: Action{Kind: ActStartRestore, Reason: ReasonUnschedulable, Failed: true},
@@ -362,6 +383,18 @@ func readyCases() []decideCase {
 			name: "eviction disabled, --evict-timeout over: restore, failed", phase: ready, cfg: func(c *Config) { c.Evict = false },
 			surge: evictionDueAgo(11 * time.Minute),
 			want:  Action{Kind: ActStartRestore, Reason: ReasonEvictTimeout, Failed: true},
+		},
+		{
+			// Another PDB selects the pod while the surge's own allows the disruption: the Eviction
+			// API refuses it whatever the budgets; no blind retry until --evict-timeout.
+			name: "another PDB selects the pod: restore, failed, at once", phase: ready,
+			obs:  func(o *Observation) { o.OtherPDB = "pin" },
+			want: Action{Kind: ActStartRestore, Reason: ReasonMultiplePDBs, Failed: true, Detail: "PDB pin also selects the pod"},
+		},
+		{
+			name: "another PDB selects the pod before the eviction was asked for: ask first", phase: ready, surge: noEvictionDue,
+			obs:  func(o *Observation) { o.OtherPDB = "pin" },
+			want: Action{Kind: ActMarkEvictionDue, EvictNow: true},
 		},
 		{
 			name: "--evict-timeout in 2s: evict, look again then", phase: ready,
@@ -966,6 +999,14 @@ func preparedCases() []decideCase {
 			obs: func(o *Observation) { waiting(o); o.PrepareWithdrawn = true }, want: Action{Kind: ActForget}},
 		{name: "prepared: failed, pool Updated: forget", phase: v1alpha1.PhaseFailed, surge: prepared,
 			obs: func(o *Observation) { waiting(o); o.Pool = updatedPool() }, want: Action{Kind: ActForget}},
+	}
+}
+
+// surgedAgo records the Surge's fields as written d ago.
+func surgedAgo(d time.Duration) func(*v1alpha1.Surge) {
+	return func(s *v1alpha1.Surge) {
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: ConditionSurged, Status: metav1.ConditionTrue, Reason: "Written",
+			LastTransitionTime: metav1.NewTime(now.Add(-d))})
 	}
 }
 

@@ -42,6 +42,10 @@ const (
 	// namespace's share is in use). It starts when a surge in flight turns Ready or ends, with
 	// nothing else to change: the workload is being prepared, behind others.
 	StallPrepareQueued
+	// StallNotSteady: the workload does not run what it asks for (replicas missing or not Ready, a
+	// rollout, an HPA scaling it): the replicas a surge adds would not come either. It is decided
+	// again when the workload settles.
+	StallNotSteady
 )
 
 type reasonNames struct{ verdict, event string }
@@ -65,6 +69,7 @@ var reasonTable = map[StallReason]reasonNames{
 	StallPDBStatusBehind:  {"pdb-status-behind", ""},
 	StallSurgeTooLarge:    {"surge-too-large", ReasonSurgeTooLarge},
 	StallPrepareQueued:    {"prepare-queued", ""},
+	StallNotSteady:        {"not-steady", ReasonNotSteady},
 }
 
 // String is the reason's verdict, as `check` prints it.
@@ -78,7 +83,8 @@ func (r StallReason) EventReason() string { return reasonTable[r].event }
 // and stalls a predicted drain.
 func (r StallReason) Unresolvable() bool {
 	switch r {
-	case StallUnsupportedOwner, StallMissingRBAC, StallMultiplePDBs, StallUnsatisfiablePDB, StallNoCapacity, StallSurgeFailed, StallSurgeTooLarge:
+	case StallUnsupportedOwner, StallMissingRBAC, StallMultiplePDBs, StallUnsatisfiablePDB, StallNoCapacity, StallSurgeFailed, StallSurgeTooLarge,
+		StallNotSteady:
 		return true
 	}
 	return false

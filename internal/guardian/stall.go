@@ -236,12 +236,42 @@ func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
 		return d.with(OutcomeUnresolvable, StallSurgeTooLarge, "PDB %s allows a disruption only with %d added replicas, more than --max-surge-replicas=%d",
 			st.PDB.Name, delta, cfg.MaxSurgeReplicas)
 	}
+	if why := st.Owner.Unsettled(); why != "" {
+		// Surge only a workload at rest: what it runs is then what it asks for, and the replicas the
+		// surge adds are the ones the drain waits for. The workload's informer re-examines the node
+		// when it settles; DeferRetry looks again in any case.
+		return d.with(OutcomeDefer, StallNotSteady, "%s; a surge waits until it runs what it asks for", why)
+	}
 	fields, err := workload.PlanSurge(obj, t, po.Replicas, delta, cfg.NilKeepsCount)
 	if err != nil {
 		return d.with(OutcomeUnresolvable, StallUnsupportedOwner, "%s", unsupportedDetail(err))
 	}
+	if r, detail := beyondPolicy(cfg, fields); r != StallNone {
+		return d.with(OutcomeUnresolvable, r, "%s", detail)
+	}
 	d.Fields, d.Delta = fields, delta
 	return room(cfg, w, st, d)
+}
+
+// beyondPolicy reports a planned write that the admission policy drain-guardian-writes would refuse
+// (manifests/base/admissionpolicy.yaml), so that the stall is reported instead of a surge failing
+// WriteTimeout a minute later: a write may change a present count by at most --max-surge-replicas
+// (the minimum of an HPA far below what it runs is raised by more than the delta), and the restore
+// may not write a count below 1 (an InferenceService's minReplicas 0).
+func beyondPolicy(cfg StallConfig, fields []workload.Field) (StallReason, string) {
+	for _, f := range fields {
+		if f.Original == nil {
+			continue
+		}
+		if *f.Original < 1 {
+			return StallUnsupportedOwner, fmt.Sprintf("%s is %d: restoring it would write a count below 1, which the guardian may not", f.Path, *f.Original)
+		}
+		if change := f.Set - *f.Original; cfg.MaxSurgeReplicas > 0 && change > int64(cfg.MaxSurgeReplicas) {
+			return StallSurgeTooLarge, fmt.Sprintf("raising %s from %d to %d changes it by %d, more than --max-surge-replicas=%d",
+				f.Path, *f.Original, f.Set, change, cfg.MaxSurgeReplicas)
+		}
+	}
+	return StallNone, ""
 }
 
 // with sets the decision's outcome and reason and says why.

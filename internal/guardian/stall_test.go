@@ -69,7 +69,8 @@ func (f *fixture) node(name string, gpus int64) *corev1.Node {
 // PDB over it allowing no disruption.
 func (f *fixture) deployment(name string, replicas int32, gpus int64) {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "models", UID: types.UID(name)},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}}}
+		Spec:   appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}},
+		Status: appsv1.DeploymentStatus{Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: replicas}}
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name + "-rs", Namespace: "models", UID: types.UID(name + "-rs"),
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: d.UID, Controller: ptr.To(true)}}}}
 	if err := f.deps.Add(d); err != nil {
@@ -223,6 +224,16 @@ func TestDecideStallsOutcomes(t *testing.T) {
 				Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}}
 		}, outcome: OutcomeUnresolvable, reason: StallSurgeTooLarge, detail: "9 added replicas, more than --max-surge-replicas=2", inScope: true},
 		{name: "surge within --max-surge-replicas", cfg: StallConfig{MaxSurgeReplicas: 1}, outcome: OutcomeSurge, inScope: true},
+		// A count below what runs (an HPA's minimum while it runs more): the write would change it by
+		// more than the admission policy allows.
+		{name: "write beyond --max-surge-replicas", cfg: StallConfig{MaxSurgeReplicas: 2}, mutate: func(_ *fixture, w *Wave) {
+			w.Stalls[0].Owner.PodOwner.Replicas = 3
+			w.Stalls[0].Owner.PodOwner.StatusReplicas, w.Stalls[0].Owner.PodOwner.UpdatedReplicas, w.Stalls[0].Owner.PodOwner.ReadyReplicas = 3, 3, 3
+			w.Stalls[0].Owner.Object.Content["spec"].(map[string]any)["replicas"] = int64(1)
+		}, outcome: OutcomeUnresolvable, reason: StallSurgeTooLarge, detail: "from 1 to 4 changes it by 3", inScope: true},
+		{name: "restore below 1", mutate: func(_ *fixture, w *Wave) {
+			w.Stalls[0].Owner.Object.Content["spec"].(map[string]any)["replicas"] = int64(0)
+		}, outcome: OutcomeUnresolvable, reason: StallUnsupportedOwner, detail: "below 1", inScope: true},
 		{name: "namespace at its limit", cfg: StallConfig{MaxInFlight: 3, MaxInFlightPerNamespace: 2}, mutate: func(_ *fixture, w *Wave) {
 			w.InFlight, w.InFlightByNamespace = 2, map[string]int{"models": 2}
 		}, outcome: OutcomeDefer, reason: StallDeferred, detail: "--max-concurrent-surges-per-namespace=2", inScope: true},
@@ -246,6 +257,21 @@ func TestDecideStallsOutcomes(t *testing.T) {
 			w.InFlight, w.InFlightByNamespace = 1, map[string]int{"team-b": 1}
 			w.Waiting = []WaitingStall{{Workload: "other", Namespace: "team-b", Since: t0}}
 		}, outcome: OutcomeSurge, inScope: true},
+		// A tenant's 2000000000 replicas held at one pod by a quota: the added replica would never come.
+		{name: "not steady: replicas wanted but not running", mutate: func(_ *fixture, w *Wave) {
+			w.Stalls[0].Owner.PodOwner.Replicas = 2000000000
+		}, outcome: OutcomeDefer, reason: StallNotSteady, detail: "2000000000 replicas wanted, 1 running", inScope: true},
+		{name: "not steady: rollout in progress", mutate: func(_ *fixture, w *Wave) { w.Stalls[0].Owner.PodOwner.UpdatedReplicas = 0 },
+			outcome: OutcomeDefer, reason: StallNotSteady, detail: "rollout", inScope: true},
+		{name: "not steady: replica not Ready", mutate: func(_ *fixture, w *Wave) { w.Stalls[0].Owner.PodOwner.ReadyReplicas = 0 },
+			outcome: OutcomeDefer, reason: StallNotSteady, detail: "1 replicas wanted, 0 Ready", inScope: true},
+		{name: "not steady: spec not observed yet", mutate: func(_ *fixture, w *Wave) { w.Stalls[0].Owner.PodOwner.Generation = 3 },
+			outcome: OutcomeDefer, reason: StallNotSteady, detail: "latest spec", inScope: true},
+		// An active Surge makes its workload unsettled: it still covers the stall.
+		{name: "a Surge in flight covers an unsettled workload", mutate: func(_ *fixture, w *Wave) {
+			w.Stalls[0].Owner.PodOwner.Replicas = 2
+			w.Stalls[0].Existing = surge("s", "w1", "rendered-2", v1alpha1.PhaseSurged)
+		}, outcome: OutcomeCovered, inScope: true},
 		{name: "look-ahead without room", mutate: func(_ *fixture, w *Wave) { w.Drain.Trigger = TriggerMCOPredicted },
 			outcome: OutcomeDefer, reason: StallLookaheadSkipped, inScope: true},
 		{name: "look-ahead while capacity is wanted", mutate: func(_ *fixture, w *Wave) {

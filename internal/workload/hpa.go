@@ -14,6 +14,9 @@ type hpaKind struct{}
 const (
 	hpaMinPath = "/spec/minReplicas"
 	hpaMaxPath = "/spec/maxReplicas"
+	// The HPA's status: what it runs and what it wants (see Owner.Unsettled).
+	hpaCurrentPath = "/status/currentReplicas"
+	hpaDesiredPath = "/status/desiredReplicas"
 )
 
 func (hpaKind) get(s *Store, ref Ref) (*Object, error) {

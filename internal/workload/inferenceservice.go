@@ -15,6 +15,8 @@ type inferenceServiceKind struct{}
 const (
 	isvcMinPath = "/spec/predictor/minReplicas"
 	isvcMaxPath = "/spec/predictor/maxReplicas"
+	// isvcWorkerPath, when present, makes the predictor multi-node: not surged.
+	isvcWorkerPath = "/spec/predictor/workerSpec"
 )
 
 func (inferenceServiceKind) api() KServeAPI {
@@ -33,7 +35,7 @@ func (inferenceServiceKind) plan(obj *Object, _ *Target, current, delta int32, _
 	if strings.EqualFold(obj.Meta.GetAnnotations()[AutoscalerClassAnnotation], autoscalerExternal) {
 		return nil, unsupported("autoscaler class %q: the replica count is owned outside KServe", autoscalerExternal)
 	}
-	if obj.Has("/spec/predictor/workerSpec") {
+	if obj.Has(isvcWorkerPath) {
 		return nil, unsupported("multi-node predictor (workerSpec): its replicas form one serving group")
 	}
 	// KServe defaults an absent minReplicas to 1; maxReplicas 0 or absent sets no bound.
@@ -42,3 +44,7 @@ func (inferenceServiceKind) plan(obj *Object, _ *Target, current, delta int32, _
 }
 
 func (inferenceServiceKind) paths(*Target) []string { return []string{isvcMinPath, isvcMaxPath} }
+
+func (inferenceServiceKind) reads() (values, present []string) {
+	return []string{isvcMinPath, isvcMaxPath}, []string{isvcWorkerPath}
+}

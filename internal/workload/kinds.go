@@ -33,6 +33,9 @@ type kserveKind interface {
 	api() KServeAPI
 	// component names the kind's workload that the Deployment runs ("" for a kind that has one).
 	component(d *appsv1.Deployment) string
+	// reads lists the JSON pointers under spec that plan and the lifecycle read: values whose
+	// value is read, present whose presence only (see SlimKServe).
+	reads() (values, present []string)
 }
 
 // KServeAPI says how to watch a KServe kind.

@@ -12,7 +12,11 @@ const (
 	ComponentPrefill = "prefill"
 )
 
-// prefillTemplateComponent is the app.kubernetes.io/component label of the prefill workload's pods.
+// ComponentLabel is the pod template label that tells an LLMInferenceService's Deployments apart: the
+// only part of a Deployment's template the guardian reads.
+const ComponentLabel = "app.kubernetes.io/component"
+
+// prefillTemplateComponent is the ComponentLabel of the prefill workload's pods.
 const prefillTemplateComponent = "llminferenceservice-workload-prefill"
 
 // llmInferenceServiceKind scales a KServe LLMInferenceService through spec.replicas (main workload) or
@@ -22,6 +26,9 @@ type llmInferenceServiceKind struct{}
 const (
 	llmMainPath    = "/spec/replicas"
 	llmPrefillPath = "/spec/prefill/replicas"
+	// Either, when present, keeps the object from being surged.
+	llmWorkerPath  = "/spec/worker"
+	llmScalingPath = "/spec/scaling"
 )
 
 func (llmInferenceServiceKind) api() KServeAPI {
@@ -31,7 +38,7 @@ func (llmInferenceServiceKind) api() KServeAPI {
 
 // component tells the prefill workload's Deployment from the main one by its pods' component label.
 func (llmInferenceServiceKind) component(d *appsv1.Deployment) string {
-	if d.Spec.Template.Labels["app.kubernetes.io/component"] == prefillTemplateComponent {
+	if d.Spec.Template.Labels[ComponentLabel] == prefillTemplateComponent {
 		return ComponentPrefill
 	}
 	return ComponentMain
@@ -44,10 +51,10 @@ func (llmInferenceServiceKind) patch(ctx context.Context, s *Store, ref Ref, dat
 }
 
 func (llmInferenceServiceKind) plan(obj *Object, t *Target, current, delta int32, nilKeepsCount bool) ([]Field, error) {
-	if obj.Has("/spec/worker") {
+	if obj.Has(llmWorkerPath) {
 		return nil, unsupported("multi-node LLMInferenceService (spec.worker, LeaderWorkerSet)")
 	}
-	if obj.Has("/spec/scaling") {
+	if obj.Has(llmScalingPath) {
 		return nil, unsupported("LLMInferenceService with spec.scaling: its replicas are owned by an autoscaler")
 	}
 	absentMeans := int64(1)
@@ -64,6 +71,10 @@ func (llmInferenceServiceKind) plan(obj *Object, t *Target, current, delta int32
 }
 
 func (llmInferenceServiceKind) paths(t *Target) []string { return []string{llmPath(t.Component)} }
+
+func (llmInferenceServiceKind) reads() (values, present []string) {
+	return []string{llmMainPath, llmPrefillPath}, []string{llmWorkerPath, llmScalingPath}
+}
 
 func llmPath(component string) string {
 	if component == ComponentPrefill {

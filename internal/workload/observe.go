@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,4 +33,26 @@ func Observe(r Reader, pod metav1.Object) Owner {
 	}
 	o.PodOwner, o.Err = r.PodOwner(o.Target.PodOwner)
 	return o
+}
+
+// Unsettled says how the owner is not at rest, "" when it is (see PodOwnerState.Unsettled): its pod
+// owner runs what it asks for, and an HPA that owns the count is not scaling it (its current count is
+// the desired one). A KServe object's Deployment is its pod owner. Only an owner read without error
+// is judged.
+func (o Owner) Unsettled() string {
+	if o.Err != nil || o.PodOwner == nil {
+		return ""
+	}
+	if why := o.PodOwner.Unsettled(); why != "" {
+		return fmt.Sprintf("%s %s: %s", o.Target.PodOwner.Kind, o.Target.PodOwner.Name, why)
+	}
+	if o.Target.Ref.Kind == KindHPA && o.Object != nil {
+		// An HPA the controller has not looked at yet has neither count: 0 = 0, at rest.
+		current, _ := o.Object.Int(hpaCurrentPath)
+		desired, _ := o.Object.Int(hpaDesiredPath)
+		if current != desired {
+			return fmt.Sprintf("HorizontalPodAutoscaler %s is scaling: %d replicas desired, %d current", o.Target.Ref.Name, desired, current)
+		}
+	}
+	return ""
 }

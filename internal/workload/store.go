@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,9 +205,16 @@ type PodOwnerState struct {
 	// UID is the owner's: its pods are those whose controller chain leads to it (see Store.Owns).
 	UID      types.UID
 	Selector labels.Selector
-	// Replicas is spec.replicas; StatusReplicas the pods that exist for it and UpdatedReplicas those of
-	// its current revision.
-	Replicas, StatusReplicas, UpdatedReplicas int32
+	// Replicas is spec.replicas; StatusReplicas the pods that exist for it, UpdatedReplicas those of
+	// its current revision and ReadyReplicas those Ready.
+	Replicas, StatusReplicas, UpdatedReplicas, ReadyReplicas int32
+	// UpdatesOnDelete: a StatefulSet whose pods move to a new revision only when someone deletes them
+	// (updateStrategy OnDelete): its pods of an older revision are at rest, not a rollout.
+	UpdatesOnDelete bool
+	// ReplicaFailure is the message of the owner's ReplicaFailure condition when its reason is
+	// FailedCreate (a quota, a LimitRange or an admission webhook refused a pod; the Deployment
+	// controller copies its ReplicaSets' condition), "" when pods are not being refused.
+	ReplicaFailure string
 	// Generation and ObservedGeneration tell whether the status describes the current spec.
 	Generation, ObservedGeneration int64
 	Annotations                    map[string]string
@@ -230,18 +238,25 @@ func (s *Store) PodOwner(ref Ref) (*PodOwnerState, error) {
 			return nil, err
 		}
 		sel, uid, st.Annotations = d.Spec.Selector, d.UID, d.Annotations
-		st.StatusReplicas, st.UpdatedReplicas = d.Status.Replicas, d.Status.UpdatedReplicas
+		st.StatusReplicas, st.UpdatedReplicas, st.ReadyReplicas = d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas
 		st.Generation, st.ObservedGeneration = d.Generation, d.Status.ObservedGeneration
 		st.Replicas = ptrOr(d.Spec.Replicas, 1)
+		for _, c := range d.Status.Conditions {
+			st.ReplicaFailure = failedCreate(string(c.Type), c.Status, c.Reason, c.Message, st.ReplicaFailure)
+		}
 	case KindStatefulSet:
 		ss, err := s.StatefulSets.StatefulSets(ref.Namespace).Get(ref.Name)
 		if err != nil {
 			return nil, err
 		}
 		sel, uid, st.Annotations = ss.Spec.Selector, ss.UID, ss.Annotations
-		st.StatusReplicas, st.UpdatedReplicas = ss.Status.Replicas, ss.Status.UpdatedReplicas
+		st.StatusReplicas, st.UpdatedReplicas, st.ReadyReplicas = ss.Status.Replicas, ss.Status.UpdatedReplicas, ss.Status.ReadyReplicas
 		st.Generation, st.ObservedGeneration = ss.Generation, ss.Status.ObservedGeneration
 		st.Replicas = ptrOr(ss.Spec.Replicas, 1)
+		st.UpdatesOnDelete = ss.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
+		for _, c := range ss.Status.Conditions {
+			st.ReplicaFailure = failedCreate(string(c.Type), c.Status, c.Reason, c.Message, st.ReplicaFailure)
+		}
 	default:
 		return nil, fmt.Errorf("kind %s does not own pods", ref.Kind)
 	}
@@ -255,6 +270,45 @@ func (s *Store) PodOwner(ref Ref) (*PodOwnerState, error) {
 	}
 	st.Selector = selector
 	return &st, nil
+}
+
+// ConditionReplicaFailure is the status condition a ReplicaSet (and, copied from it, its Deployment)
+// carries while its controller cannot create pods; ReasonFailedCreate is its reason then.
+const (
+	ConditionReplicaFailure = "ReplicaFailure"
+	ReasonFailedCreate      = "FailedCreate"
+)
+
+// failedCreate returns the message of a true ReplicaFailure condition with reason FailedCreate, else
+// prev. The StatefulSet controller sets no such condition (it records FailedCreate Events only): a
+// StatefulSet whose pods are refused is caught by --ready-timeout.
+func failedCreate(typ string, status corev1.ConditionStatus, reason, message, prev string) string {
+	if typ == ConditionReplicaFailure && status == corev1.ConditionTrue && reason == ReasonFailedCreate {
+		if message == "" {
+			return ReasonFailedCreate
+		}
+		return message
+	}
+	return prev
+}
+
+// Unsettled says how the owner does not run what it asks for, "" when it is at rest: its controller
+// has acted on its latest spec, every wanted pod exists, is of the current revision and is Ready, and
+// no more exist. A surge adds replicas to what the workload runs; on a workload that does not run its
+// count (a quota holding 2000000000 wanted replicas at one pod, a rollout, a pod that never turns
+// Ready) the added replicas are never created or Ready, and the surge would hold a slot for nothing.
+func (st *PodOwnerState) Unsettled() string {
+	switch {
+	case st.ObservedGeneration < st.Generation:
+		return fmt.Sprintf("its controller has not acted on its latest spec (generation %d, observed %d)", st.Generation, st.ObservedGeneration)
+	case st.StatusReplicas != st.Replicas:
+		return fmt.Sprintf("%d replicas wanted, %d running", st.Replicas, st.StatusReplicas)
+	case st.UpdatedReplicas != st.Replicas && !st.UpdatesOnDelete:
+		return fmt.Sprintf("a rollout is in progress: %d of %d replicas updated", st.UpdatedReplicas, st.Replicas)
+	case st.ReadyReplicas != st.Replicas:
+		return fmt.Sprintf("%d replicas wanted, %d Ready", st.Replicas, st.ReadyReplicas)
+	}
+	return ""
 }
 
 func ptrOr(p *int32, def int32) int32 {

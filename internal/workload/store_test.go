@@ -2,6 +2,7 @@ package workload
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -686,4 +687,88 @@ func hpa(name, apiVersion, kind, target string) *autoscalingv2.HorizontalPodAuto
 
 func deploymentRef(name string, uid types.UID) Ref {
 	return Ref{Kind: KindDeployment, Namespace: storeNS, Name: name, UID: uid}
+}
+
+// A surge is made only on a workload at rest: one that runs what it asks for.
+func TestPodOwnerStateUnsettled(t *testing.T) {
+	atRest := PodOwnerState{Replicas: 1, StatusReplicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, Generation: 2, ObservedGeneration: 2}
+	tests := []struct {
+		name string
+		mod  func(*PodOwnerState)
+		want string
+	}{
+		{name: "at rest"},
+		{name: "quota holds the count at one pod", mod: func(s *PodOwnerState) { s.Replicas = 2000000000 }, want: "2000000000 replicas wanted, 1 running"},
+		{name: "surplus pod still running", mod: func(s *PodOwnerState) { s.StatusReplicas = 2 }, want: "1 replicas wanted, 2 running"},
+		{name: "spec not observed", mod: func(s *PodOwnerState) { s.Generation = 3 }, want: "generation 3, observed 2"},
+		{name: "rollout", mod: func(s *PodOwnerState) { s.UpdatedReplicas = 0 }, want: "rollout is in progress"},
+		{name: "pod not Ready", mod: func(s *PodOwnerState) { s.ReadyReplicas = 0 }, want: "1 replicas wanted, 0 Ready"},
+		// An OnDelete StatefulSet keeps its pods of an older revision until someone deletes them.
+		{name: "OnDelete StatefulSet with pods of an older revision", mod: func(s *PodOwnerState) { s.UpdatedReplicas, s.UpdatesOnDelete = 0, true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := atRest
+			if tt.mod != nil {
+				tt.mod(&st)
+			}
+			got := st.Unsettled()
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Errorf("Unsettled() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// An HPA that is scaling its target is not at rest either; nor is the pod owner behind it.
+func TestOwnerUnsettled(t *testing.T) {
+	hpa := func(current, desired int64) *Object {
+		return &Object{Ref: Ref{Kind: KindHPA, Name: "h"}, Content: map[string]any{"status": map[string]any{"currentReplicas": current, "desiredReplicas": desired}}}
+	}
+	owner := Ref{Kind: KindDeployment, Name: "model"}
+	atRest := &PodOwnerState{Replicas: 1, StatusReplicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1}
+	tests := []struct {
+		name string
+		o    Owner
+		want string
+	}{
+		{name: "HPA at rest", o: Owner{Target: &Target{Ref: Ref{Kind: KindHPA, Name: "h"}, PodOwner: owner}, Object: hpa(1, 1), PodOwner: atRest}},
+		{name: "HPA scaling", o: Owner{Target: &Target{Ref: Ref{Kind: KindHPA, Name: "h"}, PodOwner: owner}, Object: hpa(1, 3), PodOwner: atRest},
+			want: "HorizontalPodAutoscaler h is scaling: 3 replicas desired, 1 current"},
+		{name: "HPA not looked at yet", o: Owner{Target: &Target{Ref: Ref{Kind: KindHPA, Name: "h"}, PodOwner: owner}, Object: &Object{Content: map[string]any{}}, PodOwner: atRest}},
+		{name: "KServe object's Deployment not at rest", o: Owner{Target: &Target{Ref: Ref{Kind: KindInferenceService, Name: "m"}, PodOwner: owner},
+			PodOwner: &PodOwnerState{Replicas: 2, StatusReplicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1}}, want: "Deployment model: 2 replicas wanted, 1 running"},
+		{name: "owner not read", o: Owner{Err: errors.New("cache miss")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.o.Unsettled()
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Errorf("Unsettled() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// The Deployment controller copies a ReplicaSet's FailedCreate onto the Deployment: the pod owner
+// carries its message.
+func TestStorePodOwnerReplicaFailure(t *testing.T) {
+	d := deployment("plain", "plain-uid", nil, nil)
+	d.Status.Conditions = []appsv1.DeploymentCondition{
+		{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"},
+		{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: ReasonFailedCreate, Message: `pods "plain-5d9-x" is forbidden: exceeded quota: pods`},
+	}
+	s := newTestStore(t, nil, d)
+	st, err := s.PodOwner(deploymentRef("plain", "plain-uid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.ReplicaFailure, "exceeded quota") {
+		t.Errorf("ReplicaFailure = %q, want the condition's message", st.ReplicaFailure)
+	}
+	d.Status.Conditions[1].Status = corev1.ConditionFalse
+	s = newTestStore(t, nil, d)
+	if st, _ = s.PodOwner(deploymentRef("plain", "plain-uid")); st.ReplicaFailure != "" {
+		t.Errorf("ReplicaFailure = %q from a false condition, want none", st.ReplicaFailure)
+	}
 }

@@ -295,6 +295,10 @@ func TestControlPlane(t *testing.T) {
 			{"deployment label", ns, "deployments", "model", `{"metadata":{"labels":{"stolen":"true"}}}`, false},
 			{"deployment replicas together with an annotation", ns, "deployments", "model", `{"metadata":{"annotations":{"x":"y"}},"spec":{"replicas":1}}`, false},
 			{"deployment replicas", ns, "deployments", "model", `{"spec":{"replicas":1}}`, true},
+			// The counts are bounded: never below 1, never changed by more than --max-surge-replicas.
+			{"deployment replicas raised by 5", ns, "deployments", "model", `{"spec":{"replicas":6}}`, false},
+			{"deployment replicas to 0", ns, "deployments", "model", `{"spec":{"replicas":0}}`, false},
+			{"deployment replicas raised by 2", ns, "deployments", "model", `{"spec":{"replicas":3}}`, true},
 			{"deployment replicas in a platform namespace", platform, "deployments", "model", `{"spec":{"replicas":1}}`, false},
 			{"pod labels", ns, "pods", "p", `{"metadata":{"labels":{"app":"other"}}}`, false},
 			{"pod image", ns, "pods", "p", `{"spec":{"containers":[{"name":"c","image":"example.invalid/stolen:1"}]}}`, false},
