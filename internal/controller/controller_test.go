@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfgfake "github.com/openshift/client-go/machineconfiguration/clientset/versioned/fake"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
+	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
@@ -475,6 +477,46 @@ func TestDryRunWritesNothing(t *testing.T) {
 	requireEvent(t, evs, "Normal", ReasonDryRun, "would surge spec.replicas from 1 to 2")
 	if len(evs) != 1 {
 		t.Fatalf("dry-run decision reported %d times: %v", len(evs), evs)
+	}
+}
+
+// A guardian restarted with --dry-run after a run that left a prepared surge behind writes nothing
+// at all, whatever it finds: no restore when the preparation is withdrawn, no status, no delete of
+// the Surge, not even of a Surge whose workload is gone.
+func TestDryRunLeavesAnEarlierRunsStateAlone(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.readyReplacement()
+	h.settle(depSurge)
+	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("replicas %d, phase %q; want a Ready prepared surge to start from", h.replicas(), h.phase(depSurge))
+	}
+	h.c.exec.dryRun = true
+	h.kube.ClearActions()
+	h.dyn.ClearActions()
+	h.events()
+
+	h.editPool(func(p *mcfgv1.MachineConfigPool) { delete(p.Annotations, guardian.PrepareAnnotation) })
+	h.syncPool()
+	h.syncSurge(depSurge)
+	h.syncSurge(depSurge)
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("dry run wrote on a withdrawn preparation: %v", w)
+	}
+	if h.replicas() != 2 || h.surge(depSurge) == nil {
+		t.Fatalf("replicas %d, Surge %v: the dry run restored", h.replicas(), h.surge(depSurge))
+	}
+	requireEvent(t, h.events(), "Normal", ReasonDryRun, "would")
+
+	if err := h.kube.AppsV1().Deployments(ns).Delete(context.Background(), "model", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.kube.ClearActions()
+	h.refresh()
+	h.syncSurge(depSurge)
+	if w := h.writes(); len(w) != 0 || h.surge(depSurge) == nil {
+		t.Fatalf("dry run wrote %v for a Surge whose workload is gone (Surge kept: %v)", w, h.surge(depSurge) != nil)
 	}
 }
 

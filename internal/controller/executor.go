@@ -102,9 +102,16 @@ func (e *executor) reportDryRun(regarding runtime.Object, key, format string, ar
 	return errDryRun
 }
 
-// wrote counts one API write about to be made.
-func (e *executor) wrote(resource, verb string) {
+// open is the executor's one door: every API write passes it first, and nothing else in the
+// guardian writes. It counts the write about to be made, or, in dry-run, refuses it (false): a
+// guardian switched to --dry-run with Surges, prepared pools or stale state left from an earlier run
+// leaves them all as they are.
+func (e *executor) open(resource, verb string) bool {
+	if e.dryRun {
+		return false
+	}
 	e.metrics.APIWrites.WithLabelValues(resource, verb).Inc()
+	return true
 }
 
 // failed counts a refused write and wraps the error for the retry log. A refusal that retrying
@@ -170,10 +177,9 @@ func isConflict(err error) bool {
 
 // patchTarget writes a JSON patch (whose first operation tests the resourceVersion) on the target.
 func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch []byte, what string) error {
-	if e.dryRun {
+	if !e.open(strings.ToLower(string(obj.Ref.Kind)), "patch") {
 		return e.reportDryRun(obj.ObjectReference(), fmt.Sprintf("%s/%s/%s", obj.Ref.UID, obj.Meta.GetResourceVersion(), what), "%s", what)
 	}
-	e.wrote(strings.ToLower(string(obj.Ref.Kind)), "patch")
 	if err := e.targets.Patch(ctx, obj.Ref, patch); err != nil {
 		return e.failed(obj.ObjectReference(), strings.ToLower(string(obj.Ref.Kind)), fmt.Sprintf("%s on %s", what, obj.Ref), err)
 	}
@@ -184,14 +190,13 @@ func (e *executor) patchTarget(ctx context.Context, obj *workload.Object, patch 
 // earlier sync whose cache was behind) created it first: the caller looks again. In dry-run it writes
 // nothing and returns errDryRun; the caller reports the decision.
 func (e *executor) createSurge(ctx context.Context, s *v1alpha1.Surge) error {
-	if e.dryRun {
-		return errDryRun
-	}
 	u, err := surgeObject(s)
 	if err != nil {
 		return err
 	}
-	e.wrote("surges", "create")
+	if !e.open("surges", "create") {
+		return errDryRun
+	}
 	_, err = e.surges.Namespace(s.Namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges", "creating Surge "+s.Namespace+"/"+s.Name, err)
@@ -207,7 +212,10 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 	if err != nil {
 		return err
 	}
-	e.wrote("surges/status", "update")
+	if !e.open("surges/status", "update") {
+		return e.reportDryRun(surgeRef(s), fmt.Sprintf("%s/%s/status/%s", s.UID, s.ResourceVersion, s.Status.Phase),
+			"move Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase)
+	}
 	_, err = e.surges.Namespace(s.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return e.failed(surgeRef(s), "surges/status", fmt.Sprintf("moving Surge %s/%s to %s", s.Namespace, s.Name, s.Status.Phase), err)
@@ -218,7 +226,9 @@ func (e *executor) updateStatus(ctx context.Context, s *v1alpha1.Surge) error {
 // deleteSurge deletes exactly the Surge read (UID and resourceVersion preconditions).
 func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	rv := s.ResourceVersion
-	e.wrote("surges", "delete")
+	if !e.open("surges", "delete") {
+		return e.reportDryRun(surgeRef(s), fmt.Sprintf("%s/%s/delete", s.UID, s.ResourceVersion), "delete Surge %s/%s", s.Namespace, s.Name)
+	}
 	err := e.surges.Namespace(s.Namespace).Delete(ctx, s.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -240,12 +250,11 @@ const (
 // pod's budgets (a 429: the PDB does not allow it yet; or more than one PDB selects the pod) is no
 // error: the caller retries on its own schedule, within --evict-timeout.
 func (e *executor) evict(ctx context.Context, regarding runtime.Object, p *podinfo.Pod, node string) (evictResult, error) {
-	if e.dryRun {
+	if !e.open("pods/eviction", "create") {
 		return evictRefused, e.reportDryRun(regarding, "evict/"+string(p.UID), "evict pod %s from node %s", p.Name, node)
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
-	e.wrote("pods/eviction", "create")
 	err := e.kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
 	switch {
 	case err == nil:
@@ -273,14 +282,13 @@ func refusedForMultiplePDBs(err error) bool {
 
 // setDeletionCost marks a pod as the first one its ReplicaSet removes on scale-down.
 func (e *executor) setDeletionCost(ctx context.Context, p *podinfo.Pod, cost string) error {
-	if e.dryRun {
+	if !e.open("pods", "patch") {
 		return errDryRun
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": p.ResourceVersion,
 		"annotations":     map[string]string{podinfo.DeletionCostAnnotation: cost},
 	}})
-	e.wrote("pods", "patch")
 	_, err := e.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return e.failed(p.Ref(), "pods", fmt.Sprintf("setting the deletion cost of pod %s/%s", p.Namespace, p.Name), err)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"strings"
@@ -36,7 +37,7 @@ func preparedPool(extra ...runtime.Object) []runtime.Object {
 
 func (h *harness) syncPool() {
 	h.t.Helper()
-	if _, err := h.c.syncPool(context.Background(), "worker"); err != nil {
+	if _, err := h.c.syncPool(context.Background(), "worker"); err != nil && !errors.Is(err, errDryRun) {
 		h.t.Fatalf("syncPool: %v", err)
 	}
 	h.refresh()

@@ -70,9 +70,6 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 	c.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
 		zap.String("action", string(action.Kind)), zap.String("reason", action.Reason))
 	after, err := c.execute(ctx, sc, obs, action)
-	if errors.Is(err, errDryRun) {
-		return 0, nil
-	}
 	if isConflict(err) {
 		// The decision was made on a stale object: the informer brings the new one; decide again.
 		c.log.Debug("conflict; deciding again", zap.String("surge", key.String()), zap.Error(err))
