@@ -163,7 +163,7 @@ func NewOptions() *Options {
 // AddFlags registers every flag on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Empty: in-cluster config, then $KUBECONFIG, then ~/.kube/config.")
-	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Decide and report every action (logs, Events, metrics) without writing to any workload or pod.")
+	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Decide and report every action (logs, Events, metrics) without writing to any workload, pod or Surge.")
 
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader with a Lease so that several replicas can run; only the leader acts.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's own namespace).")
