@@ -402,9 +402,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		after, err = c.syncSurge(ctx, k.Surge)
 	}
 	switch {
-	case errors.Is(err, errDryRun):
-		// A write the dry run refused: the decision was reported, nothing more will happen to this
-		// key until something changes.
+	case errors.Is(err, errDryRun), errors.Is(err, errSurgeGone):
+		// A write the dry run refused (the decision was reported), or a Surge someone deleted first
+		// (they reported it): nothing more to do for this key until something changes.
 		c.queue.Forget(k)
 	case err != nil:
 		c.log.Info("sync failed, retrying", zap.Stringer("key", k), zap.Error(err), zap.Int("retries", c.queue.NumRequeues(k)))

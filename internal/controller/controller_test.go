@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -517,6 +518,39 @@ func TestDryRunLeavesAnEarlierRunsStateAlone(t *testing.T) {
 	h.syncSurge(depSurge)
 	if w := h.writes(); len(w) != 0 || h.surge(depSurge) == nil {
 		t.Fatalf("dry run wrote %v for a Surge whose workload is gone (Surge kept: %v)", w, h.surge(depSurge) != nil)
+	}
+}
+
+// One restore is told once: syncs that still see the deleted Surge in their cache (the informer
+// has not delivered the delete yet) find it gone and report nothing again.
+func TestOneRestoreIsReportedOnce(t *testing.T) {
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.readyReplacement()
+	h.settle(depSurge)
+	h.editPool(func(p *mcfgv1.MachineConfigPool) { delete(p.Annotations, guardian.PrepareAnnotation) })
+	for range 12 {
+		h.syncSurge(depSurge)
+		if h.surge(depSurge) == nil {
+			break
+		}
+		h.refresh()
+	}
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("not restored: phase %q, replicas %d", h.phase(depSurge), h.replicas())
+	}
+	// The cache still holds the Surge as it was before its delete.
+	h.syncSurge(depSurge)
+	h.syncSurge(depSurge)
+	restored := 0
+	for _, e := range h.events() {
+		if strings.HasPrefix(e, "Normal "+ReasonSurgeRestored+" ") {
+			restored++
+		}
+	}
+	if restored != 1 {
+		t.Fatalf("one restore reported %d times", restored)
 	}
 }
 

@@ -231,11 +231,19 @@ func (e *executor) deleteSurge(ctx context.Context, s *v1alpha1.Surge) error {
 	}
 	err := e.surges.Namespace(s.Namespace).Delete(ctx, s.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID, ResourceVersion: &rv}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return errSurgeGone
+	case err != nil:
 		return e.failed(surgeRef(s), "surges", "deleting Surge "+s.Namespace+"/"+s.Name, err)
 	}
 	return nil
 }
+
+// errSurgeGone is deleteSurge's answer for a Surge already deleted: by an earlier sync that acted on
+// a cache not yet showing its delete, or by someone else. Whoever deleted it reported it; the caller
+// reports nothing, so that one restore is told once.
+var errSurgeGone = errors.New("the Surge is already deleted")
 
 // evictResult is what the Eviction API answered.
 type evictResult int
