@@ -3,7 +3,6 @@ package mco
 import (
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -67,18 +66,18 @@ func DecideDrain(from, to *Rendered, policies *opv1.NodeDisruptionPolicyClusterS
 
 // rebootDiff says what, of the fields that always reboot (newMachineConfigDiff: OS image, kernel
 // arguments, FIPS, kernel type, extensions), differs; "" when none. Empty and absent lists are the
-// same, as the daemon compares them.
+// same (slices.Equal), as the daemon compares them.
 func rebootDiff(from, to *Rendered) string {
 	switch {
 	case from.OSImageURL != to.OSImageURL:
 		return "OS image changed"
-	case !(len(from.KernelArguments) == 0 && len(to.KernelArguments) == 0) && !reflect.DeepEqual(from.KernelArguments, to.KernelArguments):
+	case !slices.Equal(from.KernelArguments, to.KernelArguments):
 		return "kernel arguments changed"
 	case from.FIPS != to.FIPS:
 		return "FIPS changed"
 	case from.KernelType != to.KernelType:
 		return "kernel type changed"
-	case !(len(from.Extensions) == 0 && len(to.Extensions) == 0) && !reflect.DeepEqual(from.Extensions, to.Extensions):
+	case !slices.Equal(from.Extensions, to.Extensions):
 		return "extensions changed"
 	}
 	return ""

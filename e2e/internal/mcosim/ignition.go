@@ -2,11 +2,9 @@ package mcosim
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -221,30 +219,6 @@ func (c *ignitionConfig) fileData(path string) ([]byte, error) {
 		}
 	}
 	return nil, nil
-}
-
-// fileContents is ctrlcommon.DecodeIgnitionFileContents: the data URL
-// decoded, then gunzipped when the compression says so.
-func (f ignitionFile) fileContents() ([]byte, error) {
-	if f.source == nil {
-		return nil, nil
-	}
-	data, err := decodeDataURL(*f.source)
-	if err != nil {
-		return nil, err
-	}
-	if f.compression == nil || *f.compression == "" {
-		return data, nil
-	}
-	if *f.compression != "gzip" {
-		return nil, fmt.Errorf("unsupported compression type %q", *f.compression)
-	}
-	r, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return io.ReadAll(r)
 }
 
 // decodeDataURL decodes an RFC 2397 data URL, the only file source a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -72,21 +73,19 @@ type machineConfigDiff struct {
 
 // newMachineConfigDiff follows the MCD's newMachineConfigDiff
 // (pkg/daemon/update.go): kernel arguments and extensions count as unchanged
-// when both are empty, the kernel type is canonicalized ("" is "default",
+// when both are empty (slices.Equal: nil and empty are equal), the kernel type is canonicalized ("" is "default",
 // helpers.CanonicalizeKernelType), files, units and passwd are compared as a
 // whole.
 func newMachineConfigDiff(oldMC, newMC *mcfgv1.MachineConfig, oldIgn, newIgn *ignitionConfig) machineConfigDiff {
-	kargsEmpty := len(oldMC.Spec.KernelArguments) == 0 && len(newMC.Spec.KernelArguments) == 0
-	extensionsEmpty := len(oldMC.Spec.Extensions) == 0 && len(newMC.Spec.Extensions) == 0
 	return machineConfigDiff{
 		osUpdate:   oldMC.Spec.OSImageURL != newMC.Spec.OSImageURL,
-		kargs:      !(kargsEmpty || reflect.DeepEqual(oldMC.Spec.KernelArguments, newMC.Spec.KernelArguments)),
+		kargs:      !slices.Equal(oldMC.Spec.KernelArguments, newMC.Spec.KernelArguments),
 		fips:       oldMC.Spec.FIPS != newMC.Spec.FIPS,
 		passwd:     oldIgn.passwd != newIgn.passwd,
 		files:      !reflect.DeepEqual(oldIgn.filesCanonical(), newIgn.filesCanonical()),
 		units:      !reflect.DeepEqual(oldIgn.unitsCanonical(), newIgn.unitsCanonical()),
 		kernelType: canonicalizeKernelType(oldMC.Spec.KernelType) != canonicalizeKernelType(newMC.Spec.KernelType),
-		extensions: !(extensionsEmpty || reflect.DeepEqual(oldMC.Spec.Extensions, newMC.Spec.Extensions)),
+		extensions: !slices.Equal(oldMC.Spec.Extensions, newMC.Spec.Extensions),
 	}
 }
 
