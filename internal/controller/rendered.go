@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"encoding/json"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -49,8 +50,11 @@ func (r *renderedConfigs) rendered(name string) *mco.Rendered {
 	if err != nil {
 		return nil
 	}
+	// Strict: an Ignition config (a MachineConfig the transform passed through) is no digest.
+	dec := json.NewDecoder(bytes.NewReader(mc.Spec.Config.Raw))
+	dec.DisallowUnknownFields()
 	var out mco.Rendered
-	if err := json.Unmarshal(mc.Spec.Config.Raw, &out); err != nil {
+	if err := dec.Decode(&out); err != nil {
 		return nil
 	}
 	return &out
@@ -81,20 +85,36 @@ func (r *renderedConfigs) policies() *opv1.NodeDisruptionPolicyClusterStatus {
 // slimMachineConfig is the MachineConfig informer's transform: the config becomes its digest
 // (mco.ReadRendered), written where the Ignition config was, and the rest of the object goes but
 // its name and versions. File contents, keys and certificates never reach the cache.
+//
+// Like every informer transform it is idempotent: with streaming lists (WatchListClient, which the
+// daemon turns on) client-go's reflector transforms each listed object into a temporary store and
+// the FIFO's Replace transforms it again (k8s.io/client-go tools/cache reflector.go watchList). A
+// digest read as a MachineConfig would digest to "no change" whatever the update, so the digested
+// object says it is one (digestedAnnotation) and is passed through.
 func slimMachineConfig(obj any) (any, error) {
 	mc, ok := obj.(*mcfgv1.MachineConfig)
 	if !ok {
 		return stripManagedFields(obj)
+	}
+	if _, done := mc.Annotations[digestedAnnotation]; done {
+		return mc, nil
 	}
 	digest, err := json.Marshal(mco.ReadRendered(mc))
 	if err != nil {
 		return nil, err
 	}
 	return &mcfgv1.MachineConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: mc.Name, UID: mc.UID, ResourceVersion: mc.ResourceVersion},
-		Spec:       mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: digest}},
+		ObjectMeta: metav1.ObjectMeta{Name: mc.Name, UID: mc.UID, ResourceVersion: mc.ResourceVersion,
+			Annotations: map[string]string{digestedAnnotation: ""}},
+		Spec: mcfgv1.MachineConfigSpec{Config: runtime.RawExtension{Raw: digest}},
 	}, nil
 }
+
+// digestedAnnotation marks a cached MachineConfig whose config is already the guardian's digest
+// (mco.Rendered). Were an admin to put it on a MachineConfig, its Ignition config would not read
+// as a digest (renderedConfigs.rendered decodes strictly): the decision is unknown, never a wrong
+// no-drain.
+const digestedAnnotation = "drain-guardian.io/digested"
 
 // slimMachineConfiguration keeps of MachineConfiguration its metadata, generation and the
 // published node disruption policies.
