@@ -485,14 +485,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 // at all, whatever it finds: no restore when the preparation is withdrawn, no status, no delete of
 // the Surge, not even of a Surge whose workload is gone.
 func TestDryRunLeavesAnEarlierRunsStateAlone(t *testing.T) {
-	h := newHarness(t, nil, preparedPool()...)
-	h.syncPool()
-	h.settle(depSurge)
-	h.readyReplacement()
-	h.settle(depSurge)
-	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseReady {
-		t.Fatalf("replicas %d, phase %q; want a Ready prepared surge to start from", h.replicas(), h.phase(depSurge))
-	}
+	h := preparedAndReady(t)
 	h.c.exec.dryRun = true
 	h.kube.ClearActions()
 	h.dyn.ClearActions()
@@ -524,11 +517,7 @@ func TestDryRunLeavesAnEarlierRunsStateAlone(t *testing.T) {
 // One restore is told once: syncs that still see the deleted Surge in their cache (the informer
 // has not delivered the delete yet) find it gone and report nothing again.
 func TestOneRestoreIsReportedOnce(t *testing.T) {
-	h := newHarness(t, nil, preparedPool()...)
-	h.syncPool()
-	h.settle(depSurge)
-	h.readyReplacement()
-	h.settle(depSurge)
+	h := preparedAndReady(t)
 	h.editPool(func(p *mcfgv1.MachineConfigPool) { delete(p.Annotations, guardian.PrepareAnnotation) })
 	for range 12 {
 		h.syncSurge(depSurge)

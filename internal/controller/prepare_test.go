@@ -43,6 +43,20 @@ func (h *harness) syncPool() {
 	h.refresh()
 }
 
+// preparedAndReady is a harness whose prepared pool's model has its second replica Ready.
+func preparedAndReady(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t, nil, preparedPool()...)
+	h.syncPool()
+	h.settle(depSurge)
+	h.readyReplacement()
+	h.settle(depSurge)
+	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseReady {
+		t.Fatalf("replicas %d, phase %q; want a Ready prepared surge", h.replicas(), h.phase(depSurge))
+	}
+	return h
+}
+
 // editPool applies mutate to the worker pool in the fake cluster.
 func (h *harness) editPool(mutate func(*mcfgv1.MachineConfigPool)) {
 	h.t.Helper()
@@ -156,14 +170,7 @@ func TestPrepareQueuedForASlotCountsAsPreparing(t *testing.T) {
 
 // Removing the annotation withdraws the request: the prepared surge is restored, the gauge goes.
 func TestPrepareWithdrawnRestores(t *testing.T) {
-	h := newHarness(t, nil, preparedPool()...)
-	h.syncPool()
-	h.settle(depSurge)
-	h.readyReplacement()
-	h.settle(depSurge)
-	if h.replicas() != 2 || h.phase(depSurge) != v1alpha1.PhaseReady {
-		t.Fatalf("replicas %d, want 2 once prepared", h.replicas())
-	}
+	h := preparedAndReady(t)
 	h.editPool(func(p *mcfgv1.MachineConfigPool) { delete(p.Annotations, guardian.PrepareAnnotation) })
 	h.settle(depSurge)
 	if h.surge(depSurge) != nil || h.replicas() != 1 {
