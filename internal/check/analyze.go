@@ -316,12 +316,22 @@ func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall
 		owner = c.UID
 	}
 	if prev, ok := seen[owner]; ok && owner != "" {
-		st.Owner, st.Existing = prev.Owner, prev.Existing
+		st.Owner, st.Existing, st.Group = prev.Owner, prev.Existing, prev.Group
 		return
 	}
 	st.Owner = workload.Observe(a.cl.Workloads, st.Pod)
 	if st.Owner.Err == nil && a.cl.Surge != nil {
 		st.Existing = a.cl.Surge(st.Owner.Target)
+	}
+	if st.Owner.Err == nil && st.Owner.PodOwner.GroupSize > 0 {
+		// The pods of the set, by its name label: only the model of a group is taken from them.
+		var pods []*podinfo.Pod
+		for _, p := range a.cl.Pods {
+			if p.Namespace == st.Pod.Namespace && p.Labels[workload.LWSSetNameLabel] == st.Owner.Target.PodOwner.Name {
+				pods = append(pods, p)
+			}
+		}
+		st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
 	}
 	seen[owner] = *st
 }

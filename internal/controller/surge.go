@@ -209,9 +209,13 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 		obs.CapacityWanted = c.drains.anyCapacityWanted()
 		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !c.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
 	}
-	observePods(&obs, sc.pods, s.Spec.Node)
+	var groupSize int32
+	if sc.owner != nil {
+		groupSize = sc.owner.GroupSize
+	}
+	observePods(&obs, sc.pods, s.Spec.Node, groupSize)
 	c.observeRefusals(&obs, sc)
-	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
+	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools, groupSize)
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
 			if f.ExplicitBeforeRemove != nil {
@@ -224,7 +228,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	} else {
 		c.writing.forget(keyOf(s))
 	}
-	c.flight.holding(s, heldResources(s, sc.pods))
+	c.flight.holding(s, heldResources(s, sc.pods, groupSize))
 	return obs
 }
 
@@ -277,8 +281,12 @@ func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, p
 // countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes
 // this update will not drain again (safe), and on schedulable nodes the MCO is not updating now
 // (survivors, a superset). A StatefulSet's scale-down removes its highest ordinals whatever their
-// node, so only ordinals below the original count are counted for it.
-func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup) (safe, survivors int32) {
+// node, so only ordinals below the original count are counted for it. A LeaderWorkerSet (groupSize
+// > 0) counts complete Ready groups the same way (see countGroupSurvivors).
+func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, groupSize int32) (safe, survivors int32) {
+	if groupSize > 0 {
+		return c.countGroupSurvivors(s, pods, pools, int(groupSize))
+	}
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !p.Ready() {
 			continue
@@ -298,6 +306,36 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		survivors++
 		if c.willNotDrain(node, pools) {
 			safe++
+		}
+	}
+	return safe, survivors
+}
+
+// countGroupSurvivors is countSurvivors for a LeaderWorkerSet: its scale-down removes the highest
+// group indexes whatever their nodes (the StatefulSet ordinal rule, per group), so only complete
+// Ready groups of an index below the original count are counted, and a group counts only when every
+// one of its pods is on a node that keeps it: a group one pod short serves nothing.
+func (c *Controller) countGroupSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, size int) (safe, survivors int32) {
+	for idx, g := range blocking.CompleteGroups(pods, size) {
+		if idx >= int(s.Spec.Replicas) {
+			continue
+		}
+		survives, isSafe := true, true
+		for _, p := range g {
+			node, err := c.nodes.Get(p.Spec.NodeName)
+			if err != nil || c.updatingNow(node) {
+				survives = false
+				break
+			}
+			if !c.willNotDrain(node, pools) {
+				isSafe = false
+			}
+		}
+		if survives {
+			survivors++
+			if isSafe {
+				safe++
+			}
 		}
 	}
 	return safe, survivors
@@ -333,7 +371,7 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
 // A finished pod requests nothing the scheduler counts: the first live pod is the model.
-func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
+func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) corev1.ResourceList {
 	i := slices.IndexFunc(pods, func(p *podinfo.Pod) bool { return !blocking.Skip(p) })
 	if s.PhaseOf() == v1alpha1.PhaseFailed || i < 0 {
 		return nil
@@ -344,7 +382,7 @@ func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
 			continue
 		}
 		total := q.DeepCopy()
-		total.Set(q.Value() * int64(s.Spec.Delta))
+		total.Set(q.Value() * int64(s.Spec.Delta) * int64(max(groupSize, 1)))
 		out[name] = total
 	}
 	return out
@@ -610,8 +648,8 @@ func restoreDetail(s *v1alpha1.Surge) string {
 }
 
 // observePods fills the pod-derived parts of the observation.
-func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string) {
-	obs.ReadyElsewhere = readyElsewhere(pods, node)
+func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string, groupSize int32) {
+	obs.ReadyElsewhere = readyElsewhere(pods, node, groupSize)
 	for _, p := range pods {
 		if p.Spec.NodeName == node && !blocking.Skip(p) {
 			obs.LiveOnNode++
