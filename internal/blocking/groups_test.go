@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
@@ -162,4 +164,30 @@ func names(pods []*podinfo.Pod) []string {
 		out[i] = p.Name
 	}
 	return out
+}
+
+// Each replica of a LeaderWorkerSet adds a whole group of pods to what its PDB counts.
+func TestSurgeNeededPerGroup(t *testing.T) {
+	pdb := func(min intstr.IntOrString) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &min},
+			Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 2, ExpectedPods: 2}}
+	}
+	for _, tt := range []struct {
+		min  intstr.IntOrString
+		per  int32
+		want int32
+		why  string
+	}{
+		{intstr.FromInt32(2), 2, 1, ""},
+		{intstr.FromInt32(3), 2, 1, ""},
+		{intstr.FromInt32(3), 1, 2, ""},
+		{intstr.FromInt32(7), 2, 3, ""},
+		{intstr.FromString("75%"), 2, 1, ""},
+		{intstr.FromString("100%"), 2, 0, ReasonFullMinAvailable},
+	} {
+		got, why := SurgeNeededPer(pdb(tt.min), tt.per)
+		if got != tt.want || why != tt.why {
+			t.Errorf("SurgeNeededPer(minAvailable %s, %d pods per replica) = %d %q, want %d %q", tt.min.String(), tt.per, got, why, tt.want, tt.why)
+		}
+	}
 }

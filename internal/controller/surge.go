@@ -216,6 +216,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	observePods(&obs, sc.pods, s.Spec.Node, groupSize)
 	c.observeRefusals(&obs, sc)
 	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools, groupSize)
+	obs.Groups = groupSize > 0
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
 			if f.ExplicitBeforeRemove != nil {
@@ -369,6 +370,19 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// groups reports whether the Surge's replicas are groups of pods (a LeaderWorkerSet's).
+func groups(s *v1alpha1.Surge) bool {
+	return s.Spec.PodOwner.Kind == string(workload.KindLeaderWorkerSet)
+}
+
+// unitsOf names what the Surge's replicas are, for its Events.
+func unitsOf(s *v1alpha1.Surge) string {
+	if groups(s) {
+		return "group(s)"
+	}
+	return "replica(s)"
+}
+
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
 // A finished pod requests nothing the scheduler counts: the first live pod is the model.
 func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) corev1.ResourceList {
@@ -396,7 +410,7 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 	case guardian.ActWriteFields:
 		return time.Second, c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+describeFields(s.Spec.Fields))
 	case guardian.ActMarkSurged:
-		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement(s) to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, s.Spec.Node), obs.Now)
+		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement %s to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, unitsOf(s), s.Spec.Node), obs.Now)
 	case guardian.ActDiscard:
 		return 0, c.discard(ctx, sc)
 	case guardian.ActMarkReady, guardian.ActMarkEvictionDue:
@@ -449,7 +463,7 @@ func (c *Controller) markReady(ctx context.Context, sc *surgeCase, obs guardian.
 		took := obs.Now.Sub(s.Spec.StartTime.Time)
 		c.metrics.ReplacementReady.WithLabelValues(s.Spec.Target.Kind).Observe(took.Seconds())
 		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
-			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
+			"%d replacement %s Ready off node %s after %s", s.Spec.Delta, unitsOf(s), s.Spec.Node, took.Round(time.Second))
 	}
 	if a.EvictNow {
 		return c.evict(ctx, eref, s, sc.pods)
@@ -489,6 +503,9 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 	case c.cfg.Restore == guardian.RestoreNode:
 		return "the node is updated"
 	case c.cfg.Restore == guardian.RestoreAuto:
+		if groups(s) {
+			return fmt.Sprintf("%d complete group(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
+		}
 		return fmt.Sprintf("%d pod(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
 	}
 	return "the pool is Updated"

@@ -138,3 +138,18 @@ func groupPodElsewhere(name, node string) *podinfo.Pod {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	})
 }
+
+// The budget counts pods, and each added group adds all of its pods: a PDB minAvailable 3 over a
+// group of two needs one more group, not two.
+func TestDecideStallsGroupDeltaInGroups(t *testing.T) {
+	c := newGroupCluster()
+	c.pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(3))
+	c.pdb.Status.DesiredHealthy = 3
+	d := DecideStalls(StallConfig{MaxSurgeReplicas: 2}, c.wave(c.stall(c.leader)))[0]
+	if d.Outcome != OutcomeSurge || d.Delta != 1 || d.Fields[0].Set != 2 {
+		t.Fatalf("decision = %v %s (%s), delta %d; want one group added", d.Outcome, d.Reason, d.Detail, d.Delta)
+	}
+	if n := len(c.ledger.Booked()); n != 2 {
+		t.Errorf("booked %d pods, want one group's 2", n)
+	}
+}

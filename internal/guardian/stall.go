@@ -240,7 +240,11 @@ func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
 	if done, ok := existing(cfg, w, st, d); ok {
 		return done
 	}
-	delta, why := blocking.SurgeNeeded(st.PDB)
+	perReplica := int32(1)
+	if st.Group != nil {
+		perReplica = int32(len(st.Group.Pods))
+	}
+	delta, why := blocking.SurgeNeededPer(st.PDB, perReplica)
 	if st.MultiplePDBs {
 		return d.with(OutcomeUnresolvable, StallMultiplePDBs, "more than one PDB selects the pod; the Eviction API refuses it whatever the budgets")
 	}
