@@ -36,9 +36,8 @@ func lwsObject(name string, uid types.UID, size int64, owner *metav1.OwnerRefere
 // lwsChain is the objects lws creates for one group: the leader StatefulSet (named as the set, owned
 // by it), the leader pod <set>-0, the worker StatefulSet <set>-0 owned by that pod, and a worker.
 type lwsChain struct {
-	leaderSS, workerSS   any
-	leader, worker       *corev1.Pod
-	leaderUID, workerSS2 types.UID
+	leaderSS, workerSS any
+	leader, worker     *corev1.Pod
 }
 
 func newLWSChain(name string, lwsUID types.UID) lwsChain {
