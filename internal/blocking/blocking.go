@@ -167,6 +167,14 @@ func StatusBehind(pdb *policyv1.PodDisruptionBudget, selected []*podinfo.Pod) bo
 // SurgeNeeded returns how many healthy replicas must be added for pdb to allow one disruption, or the
 // reason no number of added replicas can.
 func SurgeNeeded(pdb *policyv1.PodDisruptionBudget) (int32, string) {
+	return SurgeNeededPer(pdb, 1)
+}
+
+// SurgeNeededPer is SurgeNeeded for a workload whose replica is perReplica pods (a LeaderWorkerSet's
+// group): each replica added adds that many pods to the PDB's expected and healthy counts. The answer
+// is in replicas, at most MaxSurge of them; perReplica is bounded by the caller.
+func SurgeNeededPer(pdb *policyv1.PodDisruptionBudget, perReplica int32) (int32, string) {
+	perReplica = max(perReplica, 1)
 	if pdb.Spec.MaxUnavailable != nil {
 		return 0, ReasonMaxUnavailable
 	}
@@ -178,7 +186,7 @@ func SurgeNeeded(pdb *policyv1.PodDisruptionBudget) (int32, string) {
 		minAvail = &one
 	}
 	for d := int32(1); d <= MaxSurge; d++ {
-		if healthy+d-desiredHealthy(minAvail, expected+d) >= 1 {
+		if pods := d * perReplica; healthy+pods-desiredHealthy(minAvail, expected+pods) >= 1 {
 			return d, ""
 		}
 		if minAvail.Type == intstr.String && isFull(minAvail) {

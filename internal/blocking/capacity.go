@@ -68,6 +68,12 @@ type Shortfall struct {
 	// Refused says why devices were refused for a reason other than their number: a claim or
 	// template not found, a shared claim's devices out of the node's reach.
 	Refused string
+	// Nodes, for groups (FitGroups), counts the pods of the groups that fit nowhere: each needs a
+	// node of its own; PerNode is what the first of them requests.
+	Nodes   int
+	PerNode corev1.ResourceList
+	// Domain, for groups with an exclusive topology, says why no topology domain could take one.
+	Domain string
 }
 
 // Fit places, in order, the pending pods (replacements other surges are waiting for, which the
@@ -76,53 +82,105 @@ type Shortfall struct {
 // It returns how many copies of pod found a place and what the others lack. Preemption is never
 // counted on: a replacement has the priority of the pod it replaces.
 func Fit(pod *podinfo.Pod, n int, pending []*podinfo.Pod, candidates []Candidate, devices *Devices) (int, Shortfall) {
-	// Placements add to a node's pods and used resources: they go to a copy of the node's candidate
-	// made on its first placement, never to the caller's, which the next stall reuses. A thousand
-	// candidates are not copied for the few that take a placement. Devices are booked on a clone.
-	placedOn := map[int]*Candidate{}
-	book := newDeviceBook(devices)
-	place := func(p *podinfo.Pod, exclude string) bool {
-		claims := book.claims(p)
-		for i := range candidates {
-			c, ok := placedOn[i]
-			if !ok {
-				c = &candidates[i]
-			}
-			requests, need := book.split(p, claims, c.Node)
-			if !fits(p, requests, exclude, *c) || !book.take(c.Node, need) {
-				continue
-			}
-			if !ok {
-				used := corev1.ResourceList{}
-				if c.Used != nil {
-					addTo(used, c.Used)
-				} else {
-					used = UsedBy(c.Pods)
-				}
-				c = &Candidate{Node: c.Node, Pods: c.Pods[:len(c.Pods):len(c.Pods)], Used: used}
-				placedOn[i] = c
-			}
-			c.Pods = append(c.Pods, p)
-			addTo(c.Used, requests)
-			return true
-		}
-		return false
-	}
+	f := newFitter(candidates, devices)
 	for _, p := range pending {
-		place(p, "")
+		f.place(p, "", nil)
 	}
 	placed := 0
 	short := Shortfall{Resources: corev1.ResourceList{}}
-	book.forget() // only the pod's own placements explain its shortfall
+	f.book.forget() // only the pod's own placements explain its shortfall
 	for range n {
-		if place(pod, pod.Spec.NodeName) {
+		if f.place(pod, pod.Spec.NodeName, nil) {
 			placed++
 			continue
 		}
-		addTo(short.Resources, book.missing(pod))
+		addTo(short.Resources, f.book.missing(pod))
 	}
-	short.Unsure, short.Refused = book.reasons()
+	short.Unsure, short.Refused = f.book.reasons()
 	return placed, short
+}
+
+// fitter places pods on the candidates one after the other, counting what the earlier placements
+// take. Placements add to a node's pods and used resources: they go to a copy of the node's candidate
+// made on its first placement, never to the caller's, which the next stall reuses. A thousand
+// candidates are not copied for the few that take a placement. Devices are booked on a clone.
+type fitter struct {
+	candidates []Candidate
+	placedOn   map[int]*Candidate
+	book       *deviceBook
+	// log records the placements since the last mark, for undo.
+	log []placement
+}
+
+type placement struct {
+	i        int
+	requests corev1.ResourceList
+}
+
+func newFitter(candidates []Candidate, devices *Devices) *fitter {
+	return &fitter{candidates: candidates, placedOn: map[int]*Candidate{}, book: newDeviceBook(devices)}
+}
+
+// candidate returns the candidate at i as the placements so far left it.
+func (f *fitter) candidate(i int) *Candidate {
+	if c, ok := f.placedOn[i]; ok {
+		return c
+	}
+	return &f.candidates[i]
+}
+
+// place puts p on the first candidate that fits it, other than exclude, among those keep accepts
+// (nil: all).
+func (f *fitter) place(p *podinfo.Pod, exclude string, keep func(*corev1.Node) bool) bool {
+	claims := f.book.claims(p)
+	for i := range f.candidates {
+		c, ok := f.placedOn[i]
+		if !ok {
+			c = &f.candidates[i]
+		}
+		if keep != nil && !keep(c.Node) {
+			continue
+		}
+		requests, need := f.book.split(p, claims, c.Node)
+		if !fits(p, requests, exclude, *c) || !f.book.take(c.Node, need) {
+			continue
+		}
+		if !ok {
+			used := corev1.ResourceList{}
+			if c.Used != nil {
+				addTo(used, c.Used)
+			} else {
+				used = UsedBy(c.Pods)
+			}
+			c = &Candidate{Node: c.Node, Pods: c.Pods[:len(c.Pods):len(c.Pods)], Used: used}
+			f.placedOn[i] = c
+		}
+		c.Pods = append(c.Pods, p)
+		addTo(c.Used, requests)
+		f.log = append(f.log, placement{i: i, requests: requests})
+		return true
+	}
+	return false
+}
+
+// mark starts a transaction: undo takes back every placement made after it.
+func (f *fitter) mark() (undo func()) {
+	f.log = f.log[:0]
+	var inv = f.book.inventory()
+	return func() {
+		for j := len(f.log) - 1; j >= 0; j-- {
+			pl := f.log[j]
+			c := f.placedOn[pl.i]
+			c.Pods = c.Pods[:len(c.Pods)-1]
+			for name, q := range pl.requests {
+				v := c.Used[name]
+				v.Sub(q)
+				c.Used[name] = v
+			}
+		}
+		f.log = f.log[:0]
+		f.book.restore(inv)
+	}
 }
 
 // fits reports whether a copy of pod could be scheduled on the candidate, which must not be the

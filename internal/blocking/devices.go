@@ -149,3 +149,18 @@ func (b *deviceBook) forget() {
 		clear(b.refused)
 	}
 }
+
+// inventory returns a clone of the devices booked so far, for restore; nil without devices.
+func (b *deviceBook) inventory() *dra.Inventory {
+	if b == nil {
+		return nil
+	}
+	return b.inv.Clone()
+}
+
+// restore puts back the devices as inventory returned them.
+func (b *deviceBook) restore(inv *dra.Inventory) {
+	if b != nil && inv != nil {
+		b.inv = inv
+	}
+}

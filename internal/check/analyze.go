@@ -316,12 +316,22 @@ func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall
 		owner = c.UID
 	}
 	if prev, ok := seen[owner]; ok && owner != "" {
-		st.Owner, st.Existing = prev.Owner, prev.Existing
+		st.Owner, st.Existing, st.Group = prev.Owner, prev.Existing, prev.Group
 		return
 	}
 	st.Owner = workload.Observe(a.cl.Workloads, st.Pod)
 	if st.Owner.Err == nil && a.cl.Surge != nil {
 		st.Existing = a.cl.Surge(st.Owner.Target)
+	}
+	if st.Owner.Err == nil && st.Owner.PodOwner.GroupSize > 0 {
+		// The pods of the set, by its name label: only the model of a group is taken from them.
+		var pods []*podinfo.Pod
+		for _, p := range a.cl.Pods {
+			if p.Namespace == st.Pod.Namespace && p.Labels[workload.LWSSetNameLabel] == st.Owner.Target.PodOwner.Name {
+				pods = append(pods, p)
+			}
+		}
+		st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
 	}
 	seen[owner] = *st
 }
@@ -337,7 +347,7 @@ func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Device
 	switch {
 	case d.Outcome == guardian.OutcomeSurge:
 		out.Detail, out.Replicas, out.replacements = "", d.Delta, int(d.Delta)
-		out.Extra = extended(devices.Requests(st.Pod), int64(d.Delta))
+		out.Extra = extended(replicaRequests(st, devices), int64(d.Delta))
 		out.Changes = changes(d.Fields)
 		if len(out.Extra) > 0 {
 			out.Verdict = ResolvableWithCapacity
@@ -347,7 +357,24 @@ func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Device
 		out.Detail, out.Replicas = fmt.Sprintf("(Surge %s in flight serves it)", d.Existing.Name), d.Existing.Spec.Delta
 		out.Changes = changes(d.Existing.Spec.Fields)
 	case d.Reason == guardian.StallNoCapacity:
-		out.Replicas, out.Extra, out.Missing = d.Delta, extended(devices.Requests(st.Pod), int64(d.Delta)), quantities(d.Missing)
+		out.Replicas, out.Extra, out.Missing = d.Delta, extended(replicaRequests(st, devices), int64(d.Delta)), quantities(d.Missing)
+	}
+	return out
+}
+
+// replicaRequests is what one replica the surge adds requests: the blocked pod's requests, or for a
+// multi-node workload those of every pod of its group.
+func replicaRequests(st guardian.Stall, devices *blocking.Devices) corev1.ResourceList {
+	if st.Group == nil {
+		return devices.Requests(st.Pod)
+	}
+	out := corev1.ResourceList{}
+	for _, p := range st.Group.Pods {
+		for name, q := range devices.Requests(p) {
+			v := out[name]
+			v.Add(q)
+			out[name] = v
+		}
 	}
 	return out
 }

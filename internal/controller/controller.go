@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -205,6 +206,7 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 		ReplicaSets: workload.MetadataIndex{Indexer: rsInf.Informer().GetIndexer(), Resource: appsv1.Resource("replicasets")},
 		Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
 		KServe: c.kserve.lister, Scalable: c.scaleResources.lookup, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
+		Pods: func(namespace, name string) (metav1.Object, error) { return c.pods.Pods(namespace).Get(name) },
 	}
 	c.exec = newExecutor(executorConfig{
 		Kube: clients.Kube, Dynamic: clients.Dynamic, Targets: c.store, Metrics: m, Events: c.events,

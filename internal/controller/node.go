@@ -137,7 +137,11 @@ func (c *Controller) inScope(namespace string) bool {
 }
 
 // readyElsewhere counts Ready pods, not being deleted, off the given node.
-func readyElsewhere(pods []*podinfo.Pod, node string) int32 {
+func readyElsewhere(pods []*podinfo.Pod, node string, groupSize int32) int32 {
+	if groupSize > 0 {
+		// A multi-node workload serves with whole groups: count those with no pod on the node.
+		return blocking.ReadyGroupsOff(pods, int(groupSize), node)
+	}
 	var n int32
 	for _, p := range pods {
 		if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil && p.Ready() {

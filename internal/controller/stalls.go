@@ -60,13 +60,17 @@ func (c *Controller) observeStall(st *guardian.Stall, seen map[types.UID]guardia
 		owner = ref.UID
 	}
 	if prev, ok := seen[owner]; ok && owner != "" {
-		st.PDBStatusBehind, st.Owner, st.Existing = prev.PDBStatusBehind, prev.Owner, prev.Existing
+		st.PDBStatusBehind, st.Owner, st.Existing, st.Group = prev.PDBStatusBehind, prev.Owner, prev.Existing, prev.Group
 		return
 	}
 	st.PDBStatusBehind = !st.MultiplePDBs && c.pdbStatusBehind(st.PDB)
 	st.Owner = workload.Observe(c.store, st.Pod)
 	if st.Owner.Err == nil {
 		st.Existing = c.surgeOf(st.Owner.Target)
+		if st.Owner.PodOwner.GroupSize > 0 {
+			pods, _ := c.podsOf(st.Pod.Namespace, st.Owner.Target.PodOwner.Kind, st.Owner.PodOwner)
+			st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
+		}
 	}
 	seen[owner] = *st
 }
@@ -133,11 +137,17 @@ func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guar
 		StartTime: metav1.NewTime(c.clock.Now()),
 	}
 	if pods, err := c.podsOf(st.Pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner); err == nil {
-		spec.ReadyBefore = readyElsewhere(pods, node)
+		spec.ReadyBefore = readyElsewhere(pods, node, o.PodOwner.GroupSize)
 	}
 	start := &surgeStart{surge: newSurge(o.Target, o.Object, spec)}
 	for range d.Delta {
-		start.replacements = append(start.replacements, guardian.Replacement(st.Pod))
+		if st.Group == nil {
+			start.replacements = append(start.replacements, guardian.Replacement(st.Pod))
+			continue
+		}
+		for _, p := range st.Group.Pods {
+			start.replacements = append(start.replacements, guardian.Replacement(p))
+		}
 	}
 	return start
 }
@@ -162,15 +172,17 @@ func (c *Controller) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Po
 			continue
 		}
 		pods, _ := c.podsOf(s.Namespace, targetOf(s).PodOwner.Kind, owner)
-		out = append(out, waitingFor(s, pods)...)
+		out = append(out, waitingFor(s, pods, owner.GroupSize)...)
 	}
 	return out
 }
 
 // waitingFor returns the replacements a Surge waits for (see blocking.Replacements): never more than
-// its delta, whatever count its workload asks for.
-func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod) []*podinfo.Pod {
-	return blocking.Replacements(pods, int64(s.Spec.Replicas)+int64(s.Spec.Delta), s.Spec.Delta, guardian.Replacement)
+// its delta, whatever count its workload asks for. For a workload of groups (groupSize pods each,
+// bounded by workload.MaxGroupSize) counts are groups, and the pods are those of the groups.
+func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podinfo.Pod {
+	per := int64(max(groupSize, 1))
+	return blocking.Replacements(pods, (int64(s.Spec.Replicas)+int64(s.Spec.Delta))*per, int32(int64(s.Spec.Delta)*per), guardian.Replacement)
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.

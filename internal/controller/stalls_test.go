@@ -88,7 +88,7 @@ func TestASurgeWaitsForNoMoreThanItsDelta(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := &v1alpha1.Surge{Spec: v1alpha1.SurgeSpec{Replicas: tt.replicas, Delta: tt.delta}}
-		if got := len(waitingFor(s, tt.pods)); got != tt.want {
+		if got := len(waitingFor(s, tt.pods, 0)); got != tt.want {
 			t.Errorf("%s: %d replacements pending, want %d", tt.name, got, tt.want)
 		}
 	}

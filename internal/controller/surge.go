@@ -206,9 +206,14 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 		obs.CapacityWanted = c.drains.anyCapacityWanted()
 		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !c.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
 	}
-	observePods(&obs, sc.pods, s.Spec.Node)
+	var groupSize int32
+	if sc.owner != nil {
+		groupSize = sc.owner.GroupSize
+	}
+	observePods(&obs, sc.pods, s.Spec.Node, groupSize)
 	c.observeRefusals(&obs, sc)
-	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools)
+	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools, groupSize)
+	obs.Groups = groupSize > 0
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
 			if f.ExplicitBeforeRemove != nil {
@@ -221,7 +226,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	} else {
 		c.writing.forget(keyOf(s))
 	}
-	c.flight.holding(s, heldResources(s, sc.pods))
+	c.flight.holding(s, heldResources(s, sc.pods, groupSize))
 	return obs
 }
 
@@ -274,8 +279,12 @@ func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, p
 // countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes
 // this update will not drain again (safe), and on schedulable nodes the MCO is not updating now
 // (survivors, a superset). A StatefulSet's scale-down removes its highest ordinals whatever their
-// node, so only ordinals below the original count are counted for it.
-func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup) (safe, survivors int32) {
+// node, so only ordinals below the original count are counted for it. A LeaderWorkerSet (groupSize
+// > 0) counts complete Ready groups the same way (see countGroupSurvivors).
+func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, groupSize int32) (safe, survivors int32) {
+	if groupSize > 0 {
+		return c.countGroupSurvivors(s, pods, pools, int(groupSize))
+	}
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !p.Ready() {
 			continue
@@ -295,6 +304,36 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 		survivors++
 		if c.willNotDrain(node, pools) {
 			safe++
+		}
+	}
+	return safe, survivors
+}
+
+// countGroupSurvivors is countSurvivors for a LeaderWorkerSet: its scale-down removes the highest
+// group indexes whatever their nodes (the StatefulSet ordinal rule, per group), so only complete
+// Ready groups of an index below the original count are counted, and a group counts only when every
+// one of its pods is on a node that keeps it: a group one pod short serves nothing.
+func (c *Controller) countGroupSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, size int) (safe, survivors int32) {
+	for idx, g := range blocking.CompleteGroups(pods, size) {
+		if idx >= int(s.Spec.Replicas) {
+			continue
+		}
+		survives, isSafe := true, true
+		for _, p := range g {
+			node, err := c.nodes.Get(p.Spec.NodeName)
+			if err != nil || c.updatingNow(node) {
+				survives = false
+				break
+			}
+			if !c.willNotDrain(node, pools) {
+				isSafe = false
+			}
+		}
+		if survives {
+			survivors++
+			if isSafe {
+				safe++
+			}
 		}
 	}
 	return safe, survivors
@@ -328,9 +367,22 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// groups reports whether the Surge's replicas are groups of pods (a LeaderWorkerSet's).
+func groups(s *v1alpha1.Surge) bool {
+	return s.Spec.PodOwner.Kind == string(workload.KindLeaderWorkerSet)
+}
+
+// unitsOf names what the Surge's replicas are, for its Events.
+func unitsOf(s *v1alpha1.Surge) string {
+	if groups(s) {
+		return "group(s)"
+	}
+	return "replica(s)"
+}
+
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
 // A finished pod requests nothing the scheduler counts: the first live pod is the model.
-func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
+func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) corev1.ResourceList {
 	i := slices.IndexFunc(pods, func(p *podinfo.Pod) bool { return !blocking.Skip(p) })
 	if s.PhaseOf() == v1alpha1.PhaseFailed || i < 0 {
 		return nil
@@ -341,7 +393,7 @@ func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod) corev1.ResourceList {
 			continue
 		}
 		total := q.DeepCopy()
-		total.Set(q.Value() * int64(s.Spec.Delta))
+		total.Set(q.Value() * int64(s.Spec.Delta) * int64(max(groupSize, 1)))
 		out[name] = total
 	}
 	return out
@@ -355,7 +407,7 @@ func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Ob
 	case guardian.ActWriteFields:
 		return time.Second, c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+describeFields(s.Spec.Fields))
 	case guardian.ActMarkSurged:
-		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement(s) to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, s.Spec.Node), obs.Now)
+		return 0, c.setPhase(ctx, s, v1alpha1.PhaseSurged, "Written", fmt.Sprintf("Surged %s; waiting for %d replacement %s to be Ready off node %s", describeFields(s.Spec.Fields), s.Spec.Delta, unitsOf(s), s.Spec.Node), obs.Now)
 	case guardian.ActDiscard:
 		return 0, c.discard(ctx, sc)
 	case guardian.ActMarkReady, guardian.ActMarkEvictionDue:
@@ -408,7 +460,7 @@ func (c *Controller) markReady(ctx context.Context, sc *surgeCase, obs guardian.
 		took := obs.Now.Sub(s.Spec.StartTime.Time)
 		c.metrics.ReplacementReady.WithLabelValues(s.Spec.Target.Kind).Observe(took.Seconds())
 		c.event(eref, corev1.EventTypeNormal, ReasonReplacementReady, actionSurge,
-			"%d replacement replica(s) Ready off node %s after %s", s.Spec.Delta, s.Spec.Node, took.Round(time.Second))
+			"%d replacement %s Ready off node %s after %s", s.Spec.Delta, unitsOf(s), s.Spec.Node, took.Round(time.Second))
 	}
 	if a.EvictNow {
 		return c.evict(ctx, eref, s, sc.pods)
@@ -448,6 +500,9 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 	case c.cfg.Restore == guardian.RestoreNode:
 		return "the node is updated"
 	case c.cfg.Restore == guardian.RestoreAuto:
+		if groups(s) {
+			return fmt.Sprintf("%d complete group(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
+		}
 		return fmt.Sprintf("%d pod(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
 	}
 	return "the pool is Updated"
@@ -607,8 +662,8 @@ func restoreDetail(s *v1alpha1.Surge) string {
 }
 
 // observePods fills the pod-derived parts of the observation.
-func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string) {
-	obs.ReadyElsewhere = readyElsewhere(pods, node)
+func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string, groupSize int32) {
+	obs.ReadyElsewhere = readyElsewhere(pods, node, groupSize)
 	for _, p := range pods {
 		if p.Spec.NodeName == node && !blocking.Skip(p) {
 			obs.LiveOnNode++

@@ -166,7 +166,7 @@ func newSurge(t *workload.Target, target *workload.Object, spec v1alpha1.SurgeSp
 		Spec: spec,
 	}
 	s.Spec.Target = objectRef(t.Ref, target.APIVersion)
-	s.Spec.PodOwner = objectRef(t.PodOwner, "apps/v1")
+	s.Spec.PodOwner = objectRef(t.PodOwner, t.PodOwner.ObjectReference().APIVersion)
 	s.Spec.Component = t.Component
 	return s
 }

@@ -319,3 +319,17 @@ func TestReferencesRefuseNamesThatAreNotFileNames(t *testing.T) {
 		t.Errorf("unknown = %q, want the unsafe name and the unknown kind", unknown)
 	}
 }
+
+// A multi-node model's Surge names its LeaderWorkerSet as the pod owner: gather copies it with the
+// LLMInferenceService and the PDB.
+func TestReferencesCopyTheLeaderWorkerSet(t *testing.T) {
+	s := v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "models", Name: "x"}, Spec: v1alpha1.SurgeSpec{
+		Target:   v1alpha1.ObjectReference{APIVersion: "serving.kserve.io/v1alpha2", Kind: "LLMInferenceService", Name: "deepseek"},
+		PodOwner: v1alpha1.ObjectReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: "deepseek-kserve-mn"},
+		PDB:      "deepseek",
+	}}
+	refs, unknown := References([]v1alpha1.Surge{s}, nil)
+	if len(refs) != 3 || len(unknown) != 0 || refs[1].gvr.Resource != "leaderworkersets" || refs[1].gvr.Group != "leaderworkerset.x-k8s.io" {
+		t.Errorf("refs = %v, unknown = %q; want the LLMInferenceService, the LeaderWorkerSet and the PDB", refs, unknown)
+	}
+}

@@ -22,6 +22,7 @@ var resources = map[string]string{
 	"HorizontalPodAutoscaler": "horizontalpodautoscalers",
 	"InferenceService":        "inferenceservices",
 	"LLMInferenceService":     "llminferenceservices",
+	"LeaderWorkerSet":         "leaderworkersets",
 	"PodDisruptionBudget":     "poddisruptionbudgets",
 }
 

@@ -68,6 +68,40 @@ func (l *Ledger) FitWhere(pod *podinfo.Pod, n int, keep func(*corev1.Node) bool,
 	return blocking.Fit(pod, n, pending, cands, l.devices)
 }
 
+// FitStall places n replacements of the stall's workload after everything booked, on the candidates
+// keep accepts (nil: all), with extra replacements placed first: n pods like the blocked one, or,
+// for a multi-node workload, n whole groups (see blocking.FitGroups). It books nothing.
+func (l *Ledger) FitStall(st *Stall, n int, keep func(*corev1.Node) bool, extra []*podinfo.Pod) (int, blocking.Shortfall) {
+	if st.Group == nil {
+		if keep == nil && extra == nil {
+			return l.Fit(st.Pod, n)
+		}
+		return l.FitWhere(st.Pod, n, keep, extra)
+	}
+	var cands []blocking.Candidate
+	for _, c := range l.nodes() {
+		if keep == nil || keep(c.Node) {
+			cands = append(cands, c)
+		}
+	}
+	pending := append(append(make([]*podinfo.Pod, 0, len(l.pending)+len(extra)), l.pending...), extra...)
+	return blocking.FitGroups(st.Group, n, st.Pod.Spec.NodeName, pending, cands, l.devices)
+}
+
+// BookStall counts the n replacements of the stall's workload just decided as pending: n pods, or
+// n groups of pods.
+func (l *Ledger) BookStall(st *Stall, n int) {
+	if st.Group == nil {
+		l.Book(st.Pod, n)
+		return
+	}
+	for range n {
+		for _, p := range st.Group.Pods {
+			l.Book(p, 1)
+		}
+	}
+}
+
 // Book counts n replacements of pod, just decided, as pending.
 func (l *Ledger) Book(pod *podinfo.Pod, n int) {
 	for range n {

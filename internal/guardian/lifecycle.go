@@ -49,6 +49,10 @@ type Observation struct {
 	OtherPDB string
 	// CaughtUp: the pod owner runs exactly the explicit count of a two-step restore.
 	CaughtUp bool
+	// Groups: the workload's replicas are groups of pods (a LeaderWorkerSet), and its scale-down
+	// removes the highest group whatever its state; ReadySurvivors and ReadyOnSafeNodes count whole
+	// groups of an index below the original count.
+	Groups bool
 	// CapacityWanted: a stall of the same pool (of any pool, for a Prepared surge) waits for capacity
 	// that this surge holds.
 	CapacityWanted bool
@@ -376,7 +380,7 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	if prepared(o.Surge) && o.PrepareWithdrawn {
 		return Action{Kind: ActStartRestore, Reason: ReasonPrepareWithdrawn}, true
 	}
-	if reason, done := finished(cfg, o); done {
+	if reason, done := finished(cfg, o); done && !groupsShort(o) {
 		return Action{Kind: ActStartRestore, Reason: reason}, true
 	}
 	if predictedAhead(o) && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain {
@@ -384,6 +388,14 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 		return Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed}, true
 	}
 	return Action{}, false
+}
+
+// groupsShort reports whether a workload of groups does not run its original number of groups whole
+// on schedulable nodes the MCO is not updating: its scale-down would remove the highest group, which
+// may be the only complete one, even once the pool is Updated. The restore waits for the groups it
+// keeps (at most --max-surge-duration, the valve of every surge).
+func groupsShort(o Observation) bool {
+	return o.Groups && o.ReadySurvivors < max(o.Surge.Spec.Replicas, 1)
 }
 
 // predictedAhead reports whether the Surge was made on a prediction that can still fail: a look-ahead,

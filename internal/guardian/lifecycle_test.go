@@ -483,6 +483,20 @@ func resolvedCases() []decideCase {
 			want: Action{Kind: ActStartRestore, Reason: ReasonPoolUpdated},
 		},
 		{
+			name: "groups: pool updated while the group the restore keeps re-forms: hold", phase: resolved,
+			obs:  func(o *Observation) { o.Pool = updatedPool(); o.Node = updatedNode(); o.Groups = true },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "groups: pool updated and the kept group whole: restore", phase: resolved,
+			obs: func(o *Observation) {
+				o.Pool = updatedPool()
+				o.Node = updatedNode()
+				o.Groups, o.ReadySurvivors, o.ReadyOnSafeNodes = true, 1, 1
+			},
+			want: Action{Kind: ActStartRestore, Reason: ReasonSurvivorsSafe},
+		},
+		{
 			name: "auto: pool deleted", phase: resolved,
 			obs:  func(o *Observation) { o.Pool = nil },
 			want: Action{Kind: ActStartRestore, Reason: ReasonPoolDeleted},

@@ -4,8 +4,6 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/drain-guardian/drain-guardian/internal/blocking"
 )
 
 // PrepareAnnotation, set to "true" on a MachineConfigPool, asks the guardian to surge, ahead of the
@@ -125,11 +123,10 @@ func prepareRoom(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	if la == nil || la.CapacityWanted {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "a stall waits for capacity: a prepared surge only uses what stalls leave")
 	}
-	if placed, _ := w.Ledger.FitWhere(st.Pod, delta, la.WillNotDrain, nil); placed < delta {
-		if placed, short := w.Ledger.Fit(st.Pod, delta); placed < delta {
+	if placed, _ := w.Ledger.FitStall(st, delta, la.WillNotDrain, nil); placed < delta {
+		if placed, short := w.Ledger.FitStall(st, delta, nil, nil); placed < delta {
 			d.Missing = short.Resources
-			return d.with(OutcomeDefer, StallLookaheadSkipped, "%d of %d replacement(s) fit on no other node: missing %s%s",
-				delta-placed, delta, blocking.DescribeResources(short.Resources), deviceReasons(short))
+			return d.with(OutcomeDefer, StallLookaheadSkipped, "%s%s", describeShort(st, placed, delta, short, "other"), deviceReasons(short))
 		}
 	}
 	if cfg.MaxInFlight > 0 && w.InFlight+1 >= cfg.MaxInFlight {

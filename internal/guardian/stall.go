@@ -88,6 +88,19 @@ type Stall struct {
 	Existing *v1alpha1.Surge
 	// WaitingSince is when the stall was first deferred for a slot; zero when it never was.
 	WaitingSince time.Time
+	// Group is, for a multi-node workload (a LeaderWorkerSet, whose replicas are groups of pods),
+	// the group a surge adds (see GroupOf); nil when a replica is one pod.
+	Group *blocking.Group
+}
+
+// GroupOf returns the group a surge of the stall's workload adds when its pod owner runs groups
+// (workload.PodOwnerState.GroupSize), from the workload's pods; nil otherwise. The controller and
+// `check` both call it, so that they count capacity alike.
+func GroupOf(o Owner, blocked *podinfo.Pod, pods []*podinfo.Pod) *blocking.Group {
+	if o.Err != nil || o.PodOwner == nil || o.PodOwner.GroupSize < 1 {
+		return nil
+	}
+	return blocking.GroupModel(blocked, pods, int(o.PodOwner.GroupSize), o.PodOwner.TopologyKey)
 }
 
 // Lookahead is what a look-ahead surge may use: only spare capacity, never the room a stall being
@@ -167,6 +180,10 @@ func DecideStalls(cfg StallConfig, w Wave) []Decision {
 	for i := range w.Stalls {
 		st := &w.Stalls[i]
 		owner := WorkloadOf(st.Pod)
+		if t := st.Owner.Target; t != nil && t.PodOwner.UID != "" && st.Group != nil {
+			// A group's leader and workers have StatefulSets of their own: one stall all the same.
+			owner = t.PodOwner.UID
+		}
 		if j, ok := first[owner]; ok && owner != "" {
 			out[i] = out[j]
 			out[i].SameAs = j
@@ -176,7 +193,7 @@ func DecideStalls(cfg StallConfig, w Wave) []Decision {
 		d := decideOne(cfg, &w, st)
 		d.SameAs = -1
 		if d.Outcome == OutcomeSurge {
-			w.Ledger.Book(st.Pod, int(d.Delta))
+			w.Ledger.BookStall(st, int(d.Delta))
 			w.InFlight++
 			if w.InFlightByNamespace == nil {
 				w.InFlightByNamespace = map[string]int{}
@@ -223,7 +240,11 @@ func decideOne(cfg StallConfig, w *Wave, st *Stall) Decision {
 	if done, ok := existing(cfg, w, st, d); ok {
 		return done
 	}
-	delta, why := blocking.SurgeNeeded(st.PDB)
+	perReplica := int32(1)
+	if st.Group != nil {
+		perReplica = int32(len(st.Group.Pods))
+	}
+	delta, why := blocking.SurgeNeededPer(st.PDB, perReplica)
 	if st.MultiplePDBs {
 		return d.with(OutcomeUnresolvable, StallMultiplePDBs, "more than one PDB selects the pod; the Eviction API refuses it whatever the budgets")
 	}
@@ -376,13 +397,12 @@ func room(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 	}
 	delta := int(d.Delta)
 	lookahead := w.Drain.Lookahead()
-	if lookahead && !lookaheadFits(w, st.Pod, delta) {
+	if lookahead && !lookaheadFits(w, st, delta) {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "no spare capacity on updated nodes after the stalls being served")
 	}
-	if placed, short := w.Ledger.Fit(st.Pod, delta); placed < delta {
+	if placed, short := w.Ledger.FitStall(st, delta, nil, nil); placed < delta {
 		d.Missing = short.Resources
-		return d.with(OutcomeDefer, StallNoCapacity, "%d of %d replacement(s) fit on no other schedulable node: missing %s%s",
-			delta-placed, delta, blocking.DescribeResources(short.Resources), deviceReasons(short))
+		return d.with(OutcomeDefer, StallNoCapacity, "%s%s", describeShort(st, placed, delta, short, "other schedulable"), deviceReasons(short))
 	}
 	if cfg.MaxInFlight > 0 && lookahead && w.InFlight+1 >= cfg.MaxInFlight {
 		return d.with(OutcomeDefer, StallLookaheadSkipped, "the last surge slot stays for a stall that blocks a drain")
@@ -445,13 +465,32 @@ func deviceReasons(short blocking.Shortfall) string {
 // lookaheadFits reports whether a look-ahead surge fits in what the stalls being served leave free:
 // no stall of the pool waits for capacity, and with the replacements of the stalls on the nodes
 // updating now placed first, it fits on a node the update will not drain again.
-func lookaheadFits(w *Wave, pod *podinfo.Pod, delta int) bool {
+func lookaheadFits(w *Wave, st *Stall, delta int) bool {
 	la := w.Lookahead
 	if la == nil || la.CapacityWanted {
 		return false
 	}
-	placed, _ := w.Ledger.FitWhere(pod, delta, la.WillNotDrain, la.Unserved)
+	placed, _ := w.Ledger.FitStall(st, delta, la.WillNotDrain, la.Unserved)
 	return placed == delta
+}
+
+// describeShort says how many of the delta replacements fit nowhere and what they miss: pods, or for
+// a multi-node workload whole groups ("missing 2 nodes with 8 nvidia.com/gpu each").
+func describeShort(st *Stall, placed, delta int, short blocking.Shortfall, where string) string {
+	if st.Group == nil {
+		return fmt.Sprintf("%d of %d replacement(s) fit on no %s node: missing %s",
+			delta-placed, delta, where, blocking.DescribeResources(short.Resources))
+	}
+	nodes := "1 node with " + blocking.DescribeResources(short.PerNode)
+	if short.Nodes != 1 {
+		nodes = fmt.Sprintf("%d nodes with %s each", short.Nodes, blocking.DescribeResources(short.PerNode))
+	}
+	out := fmt.Sprintf("%d of %d group(s) of %d pods fit on no %s nodes (a group is placed whole or not at all): missing %s",
+		delta-placed, delta, len(st.Group.Pods), where, nodes)
+	if short.Domain != "" {
+		out += fmt.Sprintf(" in one %s domain (%s)", st.Group.TopologyKey, short.Domain)
+	}
+	return out
 }
 
 // DescribePDB says why no surge satisfies the PDB (why is blocking.SurgeNeeded's reason).

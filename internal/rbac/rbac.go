@@ -42,6 +42,9 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
 		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readPatch},
+		// LeaderWorkerSets (multi-node models) are read live, never listed or watched, and patched
+		// only in spec.replicas (the number of groups).
+		{APIGroups: []string{"leaderworkerset.x-k8s.io"}, Resources: []string{"leaderworkersets"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		// Surges are the guardian's only persisted state, one per surged workload: created before the
 		// target's fields are written, deleted once they are restored (a failed one is kept). Only this
@@ -90,6 +93,7 @@ func CheckRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"nvidia.com"}, Resources: []string{"clusterpolicies"}, Verbs: readOnly},
 		{APIGroups: []string{"nodemaintenance.medik8s.io", "maintenance.nvidia.com"}, Resources: []string{"nodemaintenances"}, Verbs: readOnly},
 		{APIGroups: []string{"serving.kserve.io"}, Resources: []string{"inferenceservices", "llminferenceservices"}, Verbs: readOnly},
+		{APIGroups: []string{"leaderworkerset.x-k8s.io"}, Resources: []string{"leaderworkersets"}, Verbs: []string{"get"}},
 		// In-flight Surges: their pending replacements take capacity first.
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"surges"}, Verbs: readOnly},
 	}

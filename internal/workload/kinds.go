@@ -58,6 +58,7 @@ var kinds = map[Kind]kindHandler{
 	KindHPA:                 hpaKind{},
 	KindInferenceService:    inferenceServiceKind{},
 	KindLLMInferenceService: llmInferenceServiceKind{},
+	KindLeaderWorkerSet:     leaderWorkerSetKind{},
 }
 
 // handlerFor returns the handler of the target's kind.

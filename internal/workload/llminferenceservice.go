@@ -51,8 +51,9 @@ func (llmInferenceServiceKind) patch(ctx context.Context, s *Store, ref Ref, dat
 }
 
 func (llmInferenceServiceKind) plan(obj *Object, t *Target, current, delta int32, nilKeepsCount bool) ([]Field, error) {
-	if obj.Has(llmWorkerPath) {
-		return nil, unsupported("multi-node LLMInferenceService (spec.worker, LeaderWorkerSet)")
+	if obj.Has(llmWorkerPath) && t.PodOwner.Kind != KindLeaderWorkerSet {
+		// Multi-node: the pods are a LeaderWorkerSet's groups, resolved through the set.
+		return nil, unsupported("multi-node LLMInferenceService (spec.worker) whose pods are not run by its LeaderWorkerSet")
 	}
 	if obj.Has(llmScalingPath) {
 		return nil, unsupported("LLMInferenceService with spec.scaling: its replicas are owned by an autoscaler")

@@ -31,6 +31,7 @@ const (
 	KindHPA                 Kind = "HorizontalPodAutoscaler"
 	KindInferenceService    Kind = "InferenceService"
 	KindLLMInferenceService Kind = "LLMInferenceService"
+	KindLeaderWorkerSet     Kind = "LeaderWorkerSet"
 )
 
 // KServeGroup is the API group of both KServe kinds.
@@ -51,6 +52,7 @@ type Ref struct {
 var apiVersions = map[Kind]string{
 	KindDeployment: "apps/v1", KindStatefulSet: "apps/v1", KindHPA: "autoscaling/v2",
 	KindInferenceService: KServeGroup + "/v1beta1", KindLLMInferenceService: KServeGroup + "/v1alpha1",
+	KindLeaderWorkerSet: LWSGroup + "/v1",
 }
 
 // ObjectReference is the reference Events about the object are recorded against, also once it is gone.

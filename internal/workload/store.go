@@ -56,6 +56,9 @@ type Store struct {
 	KServe       KServeLister
 	// Scalable finds the /scale subresource of owners of other kinds; nil disables them.
 	Scalable ScaleResource
+	// Pods reads a cached pod by namespace and name: the leader pod that controls a LeaderWorkerSet
+	// group's worker StatefulSet. nil: worker pods are not resolved.
+	Pods func(namespace, name string) (metav1.Object, error)
 
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
@@ -95,6 +98,13 @@ func (s *Store) Resolve(pod metav1.Object) (*Target, error) {
 		}
 		return s.ResolveOwner(Ref{Kind: KindDeployment, Namespace: namespace, Name: dctrl.Name, UID: dctrl.UID})
 	case ctrl.Kind == "StatefulSet" && groupOf(ctrl) == "apps":
+		lws, err := s.lwsOf(pod)
+		if err != nil {
+			return nil, err
+		}
+		if lws != nil {
+			return s.ResolveOwner(Ref{Kind: KindLeaderWorkerSet, Namespace: namespace, Name: lws.Name, UID: lws.UID})
+		}
 		return s.ResolveOwner(Ref{Kind: KindStatefulSet, Namespace: namespace, Name: ctrl.Name, UID: ctrl.UID})
 	}
 	return nil, unsupported("pod %s/%s is controlled by a %s, which has no replica count to raise", namespace, name, ctrl.Kind)
@@ -118,9 +128,11 @@ func (s *Store) ResolveOwner(owner Ref) (*Target, error) {
 		}
 		ref := Ref{Kind: KindStatefulSet, Namespace: ss.Namespace, Name: ss.Name, UID: ss.UID}
 		if c := metav1.GetControllerOf(ss); c != nil {
-			return nil, unsupported("StatefulSet %s is controlled by %s %s (for example a LeaderWorkerSet): not surged", ss.Name, c.Kind, c.Name)
+			return nil, unsupported("StatefulSet %s is controlled by %s %s: not surged", ss.Name, c.Kind, c.Name)
 		}
 		return s.withHPA(ref)
+	case KindLeaderWorkerSet:
+		return s.resolveLWS(owner)
 	}
 	return nil, fmt.Errorf("kind %s does not own pods", owner.Kind)
 }
@@ -177,7 +189,8 @@ func groupOf(ref *metav1.OwnerReference) string {
 }
 
 // Owns reports whether the pod's controller chain leads to the pod owner of that kind and UID: Pod →
-// ReplicaSet → Deployment, or Pod → StatefulSet, each link by UID. A selector says which pods an
+// ReplicaSet → Deployment, Pod → StatefulSet, or Pod → StatefulSet (→ leader Pod → StatefulSet) →
+// LeaderWorkerSet, each link by UID. A selector says which pods an
 // owner counts, not which it controls: a pod that merely carries the labels (a decoy, or a pod of
 // another workload whose selector overlaps) must neither make a surge Ready nor be evicted or
 // re-costed by it. A pod whose ReplicaSet is not in the cache yet is not counted until it is.
@@ -185,6 +198,10 @@ func (s *Store) Owns(kind Kind, uid types.UID, pod metav1.Object) bool {
 	ctrl := metav1.GetControllerOf(pod)
 	if ctrl == nil || groupOf(ctrl) != "apps" {
 		return false
+	}
+	if kind == KindLeaderWorkerSet {
+		lws, err := s.lwsOf(pod)
+		return err == nil && lws != nil && lws.UID == uid
 	}
 	switch {
 	case kind == KindStatefulSet && ctrl.Kind == "StatefulSet":
@@ -218,6 +235,12 @@ type PodOwnerState struct {
 	// Generation and ObservedGeneration tell whether the status describes the current spec.
 	Generation, ObservedGeneration int64
 	Annotations                    map[string]string
+	// GroupSize is, for a LeaderWorkerSet, the pods of each group (its counts above are groups); 0
+	// for the other kinds, whose replicas are pods.
+	GroupSize int32
+	// TopologyKey is a LeaderWorkerSet's exclusive topology: the node label whose every domain runs
+	// at most one group. "" when it has none.
+	TopologyKey string
 }
 
 // CaughtUp reports whether the owner's controller has acted on its current spec and runs exactly
@@ -257,6 +280,8 @@ func (s *Store) PodOwner(ref Ref) (*PodOwnerState, error) {
 		for _, c := range ss.Status.Conditions {
 			st.ReplicaFailure = failedCreate(string(c.Type), c.Status, c.Reason, c.Message, st.ReplicaFailure)
 		}
+	case KindLeaderWorkerSet:
+		return s.lwsPodOwner(ref)
 	default:
 		return nil, fmt.Errorf("kind %s does not own pods", ref.Kind)
 	}

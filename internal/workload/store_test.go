@@ -227,12 +227,21 @@ func TestResolve(t *testing.T) {
 			},
 		},
 		{
-			name: "StatefulSet of a LeaderWorkerSet",
+			name: "StatefulSet of a LeaderWorkerSet the store cannot read: kept, not reported",
 			objects: func() []any {
 				lws := ctrlRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llama-kserve-mn", "lws-uid")
 				return []any{statefulSet("llama-kserve-mn", "ss-uid", &lws)}
 			}(),
-			pod:             pod("llama-kserve-mn-0", ctrlRef("apps/v1", "StatefulSet", "llama-kserve-mn", "ss-uid")),
+			pod:           pod("llama-kserve-mn-0", ctrlRef("apps/v1", "StatefulSet", "llama-kserve-mn", "ss-uid")),
+			wantNotServed: true,
+		},
+		{
+			name: "StatefulSet controlled by another kind",
+			objects: func() []any {
+				owner := ctrlRef("example.io/v1", "Trainer", "t", "t-uid")
+				return []any{statefulSet("t", "ss-uid", &owner)}
+			}(),
+			pod:             pod("t-0", ctrlRef("apps/v1", "StatefulSet", "t", "ss-uid")),
 			wantUnsupported: true,
 		},
 	}

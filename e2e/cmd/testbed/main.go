@@ -112,7 +112,7 @@ func main() {
 func buildAll(ctx context.Context, root string) error {
 	start := time.Now()
 	b := build.New(root, os.Stdout)
-	if err := b.Ensure(ctx, append(build.ControlPlaneBinaries, build.DrainGuardian)...); err != nil {
+	if err := b.Ensure(ctx, append(append(build.ControlPlaneBinaries, build.OperatorBinaries...), build.DrainGuardian)...); err != nil {
 		return err
 	}
 	fmt.Printf("control plane and drain-guardian are built (%s)\n", time.Since(start).Round(time.Second))

@@ -34,6 +34,9 @@ const (
 	Etcd                  = "etcd"
 	Kwok                  = "kwok"
 	DrainGuardian         = "drain-guardian"
+	// LWS runs the real LeaderWorkerSet controllers (kubernetes-sigs/lws) for the scenarios of
+	// multi-node models; the test bed starts it only for them (TestBed.StartLWS).
+	LWS = "lws"
 )
 
 // source says where a control-plane binary comes from: a Go package, built inside a module
@@ -53,11 +56,18 @@ var sources = map[string]source{
 	// kwok v0.7.0 is built against Kubernetes v0.33 and does not compile against the v0.34 staging
 	// modules of the e2e module: it has a module of its own.
 	Kwok: {"tools/kwok", "sigs.k8s.io/kwok/cmd/kwok"},
+	// The LeaderWorkerSet controllers pin their own Kubernetes and controller-runtime versions: a
+	// module of its own, whose main wires lws's controllers and webhooks to the local API server.
+	LWS: {"tools/lws", "github.com/drain-guardian/drain-guardian/e2e/tools/lws"},
 }
 
 // ControlPlaneBinaries lists the binaries a control plane needs, in build order (the slowest first,
 // so the shared dependencies it compiles make the others quick).
 var ControlPlaneBinaries = []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubectl, Etcd, Kwok}
+
+// OperatorBinaries are the controllers some scenarios run besides the control plane, built with it
+// by `make controlplane` but checked only by the scenarios that start them.
+var OperatorBinaries = []string{LWS}
 
 // Builder builds binaries into BinDir.
 type Builder struct {

@@ -73,7 +73,12 @@ func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 			return err
 		}
 	}
+	return cp.ApplyCRDs(ctx, files...)
+}
 
+// ApplyCRDs applies every CustomResourceDefinition of the YAML files and waits until all are
+// Established.
+func (cp *ControlPlane) ApplyCRDs(ctx context.Context, files ...string) error {
 	var names []string
 	for _, f := range files {
 		objs, err := readYAML(f)
@@ -112,26 +117,32 @@ func (cp *ControlPlane) installCRDs(ctx context.Context) error {
 	return nil
 }
 
-// openshiftAPIDir is the module directory of the github.com/openshift/api version e2e/go.mod pins,
-// downloaded first if needed (no control-plane binary depends on it, so a fresh machine may not have
-// it yet).
-func (cp *ControlPlane) openshiftAPIDir(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/openshift/api")
-	cmd.Dir = filepath.Join(cp.repoRoot, "e2e")
+// ModuleDir is the directory of a module that the Go module in moduleDir (relative to e2e/) pins,
+// downloaded first if needed.
+func (cp *ControlPlane) ModuleDir(ctx context.Context, moduleDir, module string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
+	cmd.Dir = filepath.Join(cp.repoRoot, "e2e", moduleDir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("downloading github.com/openshift/api: %w: %s%s", err, out, stderr.String())
+		return "", fmt.Errorf("downloading %s: %w: %s%s", module, err, out, stderr.String())
 	}
 	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", fmt.Errorf("go mod download github.com/openshift/api: %w", err)
+		return "", fmt.Errorf("go mod download %s: %w", module, err)
 	}
 	if mod.Dir == "" {
-		return "", fmt.Errorf("go mod download github.com/openshift/api: no module directory: %s", mod.Error)
+		return "", fmt.Errorf("go mod download %s: no module directory: %s", module, mod.Error)
 	}
 	return mod.Dir, nil
+}
+
+// openshiftAPIDir is the module directory of the github.com/openshift/api version e2e/go.mod pins,
+// downloaded first if needed (no control-plane binary depends on it, so a fresh machine may not have
+// it yet).
+func (cp *ControlPlane) openshiftAPIDir(ctx context.Context) (string, error) {
+	return cp.ModuleDir(ctx, ".", "github.com/openshift/api")
 }
 
 // readYAML decodes every non-empty document of a multi-document YAML file.

@@ -54,7 +54,9 @@ type TestBed struct {
 	logs   []*os.File
 	// timeScale is the simulators' time scale (TestBedConfig.TimeScale).
 	timeScale float64
-	out       io.Writer
+	// builder builds (and checks) the binaries of the repository.
+	builder *build.Builder
+	out     io.Writer
 }
 
 // StartTestBed checks that the control plane and drain-guardian are built (`make controlplane build`;
@@ -88,7 +90,7 @@ func StartTestBed(ctx context.Context, cfg TestBedConfig) (*TestBed, error) {
 		cp.Stop()
 		return nil, err
 	}
-	tb := &TestBed{CP: cp, MCFG: mcfg, GuardianBinary: builder.Path(build.DrainGuardian), timeScale: cfg.TimeScale, out: out}
+	tb := &TestBed{CP: cp, MCFG: mcfg, GuardianBinary: builder.Path(build.DrainGuardian), timeScale: cfg.TimeScale, out: out, builder: builder}
 	// The simulators outlive the caller's start-up context: they stop with Stop.
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	tb.cancel = cancel
