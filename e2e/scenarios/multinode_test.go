@@ -27,6 +27,9 @@ import (
 const (
 	lwsNameLabel  = "leaderworkerset.sigs.k8s.io/name"
 	lwsGroupLabel = "leaderworkerset.sigs.k8s.io/group-index"
+	// lwsExclusiveAnnotation on a set makes lws's pod webhook keep each group in one domain of the
+	// named node label, alone.
+	lwsExclusiveAnnotation = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 )
 
 // multiNode is a multi-node model: a LeaderWorkerSet of one group of size pods, each taking all
@@ -36,6 +39,9 @@ type multiNode struct {
 	size         int
 	gpus         int
 	minAvailable int32
+	// exclusive is the set's exclusive topology (lws's exclusive-topology annotation): every group
+	// in a domain of this node label of its own.
+	exclusive string
 }
 
 func (m multiNode) selector() string { return selectorOf(map[string]string{lwsNameLabel: m.name}) }
@@ -76,6 +82,9 @@ func (s *scenario) createMultiNode(m multiNode) {
 			"leaderWorkerTemplate": map[string]any{"size": int64(m.size), "workerTemplate": template},
 		},
 	}}
+	if m.exclusive != "" {
+		lws.SetAnnotations(map[string]string{lwsExclusiveAnnotation: m.exclusive})
+	}
 	if _, err := testBed.CP.Dynamic().Resource(testbed.LeaderWorkerSets).Namespace(s.ns).Create(s.ctx, lws, metav1.CreateOptions{}); err != nil {
 		s.fatalf("creating LeaderWorkerSet %s: %v", m.name, err)
 	}
@@ -186,6 +195,17 @@ func (s *scenario) assertGroupAvailable(g *groupSampler) {
 func TestMultiNodeModelPoolUpdate(t *testing.T) {
 	m := multiNode{name: "big", size: 2, gpus: 8, minAvailable: 3}
 	s := newScenario(t, "multinode", gpuNodes(4, 8), m.selector())
+	g := s.updateMultiNode(m)
+	s.assertGroupAvailable(g)
+}
+
+// TestMultiNodeModelExclusiveZones is TestMultiNodeModelPoolUpdate with the set's groups each in a
+// zone of its own (lws's exclusive topology, enforced by the scheduler through the pod affinities
+// lws's webhook adds): the four nodes are two per zone, so the surged group fits only in the zone the
+// old group does not run in, and the guardian must count it so.
+func TestMultiNodeModelExclusiveZones(t *testing.T) {
+	m := multiNode{name: "big", size: 2, gpus: 8, minAvailable: 3, exclusive: corev1.LabelTopologyZone}
+	s := newScenario(t, "multinode-zones", gpuNodes(4, 8), m.selector())
 	g := s.updateMultiNode(m)
 	s.assertGroupAvailable(g)
 }

@@ -56,6 +56,14 @@ func GroupModel(blocked *podinfo.Pod, pods []*podinfo.Pod, size int, topologyKey
 	for len(g.Pods) < size {
 		g.Pods = append(g.Pods, blocked)
 	}
+	if topologyKey != "" {
+		// lws's pod controller pins a group's workers to their leader's domain with a node selector
+		// (pkg/controllers/pod_controller.go, setNodeSelectorForWorkerPods): a new group is pinned to
+		// the domain its own leader lands in, not the old group's.
+		for i, p := range g.Pods {
+			g.Pods[i] = p.WithoutNodeSelector(topologyKey)
+		}
+	}
 	return g
 }
 

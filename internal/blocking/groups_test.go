@@ -152,6 +152,20 @@ func TestGroupModel(t *testing.T) {
 	if len(g.Pods) != 2 || g.Pods[0].Name != "big-0" || g.Pods[1].Name != "big-0-1" || g.TopologyKey != zone {
 		t.Fatalf("GroupModel() = %v, want big-0 and big-0-1", names(g.Pods))
 	}
+	// lws pins a worker of an exclusive group to its leader's zone: the new group is not.
+	pinned := member("big-0-1", "n2", "0")
+	pinned.Spec.NodeSelector = map[string]string{zone: "b", "pool": "gpu"}
+	live := infos(leader, pinned)
+	g = GroupModel(live[1], live, 2, zone)
+	if sel := g.Pods[1].Spec.NodeSelector; sel[zone] != "" || sel["pool"] != "gpu" {
+		t.Errorf("GroupModel() worker node selector = %v, want the zone pin dropped and the rest kept", sel)
+	}
+	if !g.Pods[1].Spec.MatchesNode(labeled(labeled(readyNode("n9", 8), zone, "a"), "pool", "gpu")) {
+		t.Error("the worker copy does not match a node of another zone")
+	}
+	if live[1].Spec.NodeSelector[zone] != "b" {
+		t.Error("GroupModel changed the cached pod's node selector")
+	}
 	g = GroupModel(pods[2], pods, 3, "")
 	if len(g.Pods) != 3 || g.Pods[1].Name != "big-1" || g.Pods[2].Name != "big-1" {
 		t.Errorf("GroupModel(incomplete group) = %v, want big-1 three times", names(g.Pods))

@@ -153,3 +153,32 @@ func TestDecideStallsGroupDeltaInGroups(t *testing.T) {
 		t.Errorf("booked %d pods, want one group's 2", n)
 	}
 }
+
+// Preparing a pool counts groups as the stall decision does: with one spare node no half group is
+// prepared, and the reason names what the group misses.
+func TestDecidePrepareGroups(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		extra []*podinfo.Pod
+		want  Outcome
+	}{
+		{name: "two spare nodes: one group prepared", want: OutcomeSurge},
+		{name: "one spare node: nothing prepared", extra: []*podinfo.Pod{groupPodElsewhere("other", "w4")}, want: OutcomeDefer},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newGroupCluster(tt.extra...)
+			p := Prepare{Config: "rendered-2", PoolSelected: true, Ledger: c.ledger,
+				Nodes: []PrepareNode{{Node: "w1", Stalls: []Stall{c.stall(c.leader)}}}}
+			d := DecidePrepare(StallConfig{}, p)[0].Decisions[0]
+			if d.Outcome != tt.want {
+				t.Fatalf("decision = %v %s (%s), want %v", d.Outcome, d.Reason, d.Detail, tt.want)
+			}
+			if tt.want == OutcomeDefer && !strings.Contains(d.Detail, "missing 1 node with 8 nvidia.com/gpu") {
+				t.Errorf("detail = %q, want the missing node named", d.Detail)
+			}
+			if booked := len(c.ledger.Booked()); (tt.want == OutcomeSurge) != (booked == 2) || (tt.want != OutcomeSurge && booked != 0) {
+				t.Errorf("booked %d pods", booked)
+			}
+		})
+	}
+}

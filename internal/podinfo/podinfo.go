@@ -161,6 +161,26 @@ func scheduling(p *corev1.Pod) *Scheduling {
 	})
 }
 
+// WithoutNodeSelector returns a copy of p whose node selector does not name key, or p itself when it
+// does not. lws pins the workers of a group with exclusive placement to their leader's topology
+// domain by node selector: a new group's workers follow their own leader, wherever it goes.
+func (p *Pod) WithoutNodeSelector(key string) *Pod {
+	if _, ok := p.Spec.NodeSelector[key]; !ok {
+		return p
+	}
+	s := *p.Spec.Scheduling
+	s.NodeSelector = make(map[string]string, len(p.Spec.NodeSelector)-1)
+	for k, v := range p.Spec.NodeSelector {
+		if k != key {
+			s.NodeSelector[k] = v
+		}
+	}
+	s.nodeAffinity = nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: corev1.PodSpec{NodeSelector: s.NodeSelector, Affinity: s.Affinity}})
+	cp := *p
+	cp.Spec.Scheduling = &s
+	return &cp
+}
+
 // Ready reports whether the pod's Ready condition is True.
 func (p *Pod) Ready() bool { return p.Status.Ready }
 
