@@ -137,6 +137,34 @@ func TestLookaheadMissedPredictionIsRestored(t *testing.T) {
 	}
 }
 
+// The MCO targets the predicted node once the node before it is done: no node of the update is
+// under it any more, and w2's daemon has not answered yet whether its update drains. The surge made
+// ahead is held through that second (an unknown answer is no missed prediction), and undone only
+// once the daemon says the update does not drain.
+func TestLookaheadSurgeHeldUntilTheTargetedNodesDaemonAnswers(t *testing.T) {
+	h := newHarness(t, nil, aheadPool()...)
+	h.surgeNode("w2", depSurge)
+	h.addPod(modelPod("model-abc-b", "w3", true))
+	h.refresh()
+	h.settle(depSurge)
+	h.updateNode("w1", nodeUpdated)
+	h.updateNode("w2", func(n *corev1.Node) {
+		n.Annotations[mco.DesiredConfigAnnotation] = "rendered-2"
+		n.Annotations[mco.StateAnnotation] = "Working"
+	})
+	h.refresh()
+	h.settle(depSurge)
+	if h.phase(depSurge) != v1alpha1.PhaseReady || h.replicas() != 2 {
+		t.Fatalf("targeted, not answered yet: phase %q, replicas %d; want the Ready surge held", h.phase(depSurge), h.replicas())
+	}
+	h.answer("w2", false)
+	h.settle(depSurge)
+	if h.surge(depSurge) != nil || h.replicas() != 1 {
+		t.Fatalf("the daemon said no drain: Surge %v, replicas %d; want restored", h.surge(depSurge) != nil, h.replicas())
+	}
+	requireEvent(t, h.events(), "Normal", ReasonSurgeRestored, guardian.ReasonPredictionMissed)
+}
+
 // Looking ahead is only for spare capacity. w1's stall (model "other", not surged yet) needs the
 // spare node's only free GPU: the model on w2 is not surged ahead, and w1's stall still is.
 func TestLookaheadLeavesTheSpareGPUToTheStallBeingServed(t *testing.T) {

@@ -195,7 +195,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
 		obs.Node = n
 		pool := pools.of(n)
-		c.observeDrain(&obs, c.nodeDrain(n, pool, c.predicted(n, pool), now))
+		c.observeDrain(&obs, c.surgeDrain(n, pool, now))
 	}
 	if s.Spec.Pool != "" && c.pools != nil {
 		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
@@ -269,11 +269,29 @@ func (c *Controller) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
 
 // nodeDrain is NodeTrigger's answer for the node, of the given pool, now.
 func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now time.Time) guardian.NodeDrain {
+	return c.nodeTrigger(n, pool, predicted, c.answers.need(n, pool).Need, now)
+}
+
+// nodeTrigger is NodeTrigger with the time the node was first seen cordoned.
+func (c *Controller) nodeTrigger(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, need mco.Need, now time.Time) guardian.NodeDrain {
 	var seen time.Time
 	if n.Spec.Unschedulable {
 		seen = c.cordons.firstSeen(n.Name, now)
 	}
-	return guardian.NodeTrigger(c.cfg, n, pool, predicted, c.answers.need(n, pool).Need, now, seen)
+	return guardian.NodeTrigger(c.cfg, n, pool, predicted, need, now, seen)
+}
+
+// surgeDrain is nodeDrain for the node of an existing surge, where an update whose drain is not
+// answered yet counts as one that drains. A look-ahead surge's node is targeted before its daemon
+// says whether the update drains (about a second later), often when no other node of the update
+// is left to answer for it: taking that second for a missed prediction would undo the surge the
+// coming drain needs, while holding it that long costs nothing. A no-drain answer still ends it.
+func (c *Controller) surgeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, now time.Time) guardian.NodeDrain {
+	need := c.answers.need(n, pool).Need
+	if need == mco.NeedUnknown {
+		need = mco.NeedDrain
+	}
+	return c.nodeTrigger(n, pool, c.predicted(n, pool), need, now)
 }
 
 // countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes
