@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
@@ -23,12 +24,30 @@ import (
 type policyEval struct {
 	t *testing.T
 	p *admissionregistrationv1.ValidatingAdmissionPolicy
+	// params is the parameter object (the settings ConfigMap) as a map; nil under a binding without
+	// a parameter, which the API server evaluates with params null.
+	params map[string]any
+}
+
+// newPolicyEval evaluates the rendered policy with the rendered settings ConfigMap as its parameter.
+func newPolicyEval(t *testing.T, r rendered) policyEval {
+	t.Helper()
+	return policyEval{t: t, p: find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, "drain-guardian-writes"),
+		params: settingsParams(find[*corev1.ConfigMap](t, r, "drain-guardian-settings").Data)}
+}
+
+func settingsParams(data map[string]string) map[string]any {
+	d := map[string]any{}
+	for k, v := range data {
+		d[k] = v
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": d}
 }
 
 func (e policyEval) admit(resource, subResource string, object, oldObject map[string]any) (bool, string) {
 	e.t.Helper()
 	env, err := cel.NewEnv(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType),
-		cel.Variable("oldObject", cel.DynType), cel.Variable("variables", cel.DynType))
+		cel.Variable("oldObject", cel.DynType), cel.Variable("variables", cel.DynType), cel.Variable("params", cel.DynType))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -47,7 +66,11 @@ func (e policyEval) admit(resource, subResource string, object, oldObject map[st
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		out, _, err := prg.Eval(map[string]any{"request": request, "object": object, "oldObject": oldObject, "variables": vars})
+		var params any
+		if e.params != nil {
+			params = e.params
+		}
+		out, _, err := prg.Eval(map[string]any{"request": request, "object": object, "oldObject": oldObject, "variables": vars, "params": params})
 		return out, err
 	}
 	for _, v := range e.p.Spec.Variables {
@@ -78,7 +101,7 @@ func withSpec(spec map[string]any) map[string]any {
 // more than --max-surge-replicas in one write, whichever kind and field.
 func TestAdmissionPolicyBoundsReplicaWrites(t *testing.T) {
 	r, _ := render(t, "base")
-	e := policyEval{t: t, p: find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, "drain-guardian-writes")}
+	e := newPolicyEval(t, r)
 	type m = map[string]any
 	tests := []struct {
 		name, resource, sub string
@@ -128,29 +151,98 @@ func TestAdmissionPolicyBoundsReplicaWrites(t *testing.T) {
 	}
 }
 
-// The policy's bound is the daemon's --max-surge-replicas in every install: the flag's value when the
-// Deployment passes it, else its default.
+// The policy's bound and the daemon's --max-surge-replicas are one setting in every install: the
+// Deployment takes the flag from the settings ConfigMap's key and passes no --max-surge-replicas
+// argument, a binding passes the same ConfigMap to the policy as its parameter, and the policy then
+// admits a change by exactly that much. A second binding without a parameter holds the flag's ceiling
+// whatever happens to the ConfigMap (the API server skips a binding whose parameter is missing), and a
+// setting outside the flag's range refuses every write of the guardian.
 func TestAdmissionPolicyBoundsFollowMaxSurgeReplicas(t *testing.T) {
 	for _, dir := range installable {
 		t.Run(dir, func(t *testing.T) {
 			r, _ := render(t, dir)
-			p := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, "drain-guardian-writes")
-			policy := ""
-			for _, v := range p.Spec.Variables {
-				if v.Name == "maxSurgeReplicas" {
-					policy = v.Expression
+			e := newPolicyEval(t, r)
+			settings := find[*corev1.ConfigMap](t, r, "drain-guardian-settings")
+			if pk := e.p.Spec.ParamKind; pk == nil || pk.APIVersion != "v1" || pk.Kind != "ConfigMap" {
+				t.Fatalf("the policy's paramKind is %+v, want v1 ConfigMap", pk)
+			}
+			if ref := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r, "drain-guardian-writes").Spec.ParamRef; ref != nil {
+				t.Errorf("binding drain-guardian-writes has paramRef %+v: the ceiling must hold without the ConfigMap", ref)
+			}
+			ref := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r, "drain-guardian-writes-settings").Spec.ParamRef
+			if ref == nil || ref.Name != settings.Name || ref.Namespace != settings.Namespace {
+				t.Fatalf("binding drain-guardian-writes-settings has paramRef %+v, want ConfigMap %s/%s", ref, settings.Namespace, settings.Name)
+			}
+			if ref.ParameterNotFoundAction == nil || *ref.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
+				t.Errorf("parameterNotFoundAction %v: Deny refuses every user's matched writes while the ConfigMap is missing", ref.ParameterNotFoundAction)
+			}
+
+			// The daemon's value: its flags parsed from the Deployment's arguments, then its
+			// environment resolved from the ConfigMap, as the kubelet and the daemon do.
+			c := find[*appsv1.Deployment](t, r, "drain-guardian").Spec.Template.Spec.Containers[0]
+			env := map[string]string{}
+			for _, v := range c.Env {
+				switch {
+				case v.ValueFrom == nil:
+					env[v.Name] = v.Value
+				case v.ValueFrom.ConfigMapKeyRef != nil && v.ValueFrom.ConfigMapKeyRef.Name == settings.Name:
+					env[v.Name] = settings.Data[v.ValueFrom.ConfigMapKeyRef.Key]
 				}
 			}
-			o := options.NewOptions()
-			fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-			fs.SetOutput(&bytes.Buffer{})
-			o.AddFlags(fs)
-			args := find[*appsv1.Deployment](t, r, "drain-guardian").Spec.Template.Spec.Containers[0].Args
-			if err := fs.Parse(args[1:]); err != nil {
-				t.Fatal(err)
+			daemon := func(env map[string]string) int {
+				t.Helper()
+				o := options.NewOptions()
+				fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+				fs.SetOutput(&bytes.Buffer{})
+				o.AddFlags(fs)
+				if err := fs.Parse(c.Args[1:]); err != nil {
+					t.Fatal(err)
+				}
+				if fs.Changed("max-surge-replicas") {
+					t.Fatalf("the Deployment passes --max-surge-replicas, which wins over the settings ConfigMap")
+				}
+				if err := options.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+					t.Fatal(err)
+				}
+				return o.MaxSurgeReplicas
 			}
-			if policy != strconv.Itoa(o.MaxSurgeReplicas) {
-				t.Errorf("the policy's maxSurgeReplicas is %q, the daemon's --max-surge-replicas %d", policy, o.MaxSurgeReplicas)
+			if got, want := daemon(env), settings.Data["max-surge-replicas"]; strconv.Itoa(got) != want {
+				t.Fatalf("the daemon's --max-surge-replicas is %d, the settings say %q", got, want)
+			}
+
+			raise := func(e policyEval, by int) (bool, string) {
+				return e.admit("deployments", "", withSpec(map[string]any{"replicas": 1 + by}), withSpec(map[string]any{"replicas": 1}))
+			}
+			for _, v := range []int{daemon(env), 1, 5, options.MaxSurgeReplicasCeiling} {
+				data := map[string]string{"max-surge-replicas": strconv.Itoa(v)}
+				e := policyEval{t: t, p: e.p, params: settingsParams(data)}
+				if got := daemon(map[string]string{options.EnvName("max-surge-replicas"): data["max-surge-replicas"]}); got != v {
+					t.Errorf("setting %d: the daemon runs with %d", v, got)
+				}
+				if ok, msg := raise(e, v); !ok {
+					t.Errorf("setting %d: a surge by %d is refused: %s", v, v, msg)
+				}
+				if ok, _ := raise(e, v+1); ok {
+					t.Errorf("setting %d: a change by %d is admitted", v, v+1)
+				}
+			}
+			// The binding without a parameter: the flag's ceiling.
+			ceiling := policyEval{t: t, p: e.p}
+			if ok, msg := raise(ceiling, options.MaxSurgeReplicasCeiling); !ok {
+				t.Errorf("without a parameter a change by the ceiling %d is refused: %s", options.MaxSurgeReplicasCeiling, msg)
+			}
+			if ok, _ := raise(ceiling, options.MaxSurgeReplicasCeiling+1); ok {
+				t.Errorf("without a parameter a change by %d is admitted", options.MaxSurgeReplicasCeiling+1)
+			}
+			for name, data := range map[string]map[string]string{
+				"missing key":            {},
+				"no number":              {"max-surge-replicas": "two"},
+				"zero":                   {"max-surge-replicas": "0"},
+				"above the flag's range": {"max-surge-replicas": strconv.Itoa(options.MaxSurgeReplicasCeiling + 1)},
+			} {
+				if ok, msg := raise(policyEval{t: t, p: e.p, params: settingsParams(data)}, 1); ok || !strings.Contains(msg, "drain-guardian-settings") {
+					t.Errorf("%s: admitted %v (%q), want every write refused naming the settings", name, ok, msg)
+				}
 			}
 		})
 	}

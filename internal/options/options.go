@@ -124,6 +124,11 @@ func (o *Options) SoftMemoryLimit() int64 {
 // serviceAccountNamespaceFile holds the pod's namespace when running in a cluster.
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// MaxSurgeReplicasCeiling is the most --max-surge-replicas accepts. The admission policy that
+// confines the guardian's writes holds the same ceiling when its settings are missing
+// (manifests/base/admissionpolicy.yaml).
+const MaxSurgeReplicasCeiling = 10
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	ns := "drain-guardian"
@@ -274,8 +279,8 @@ func (o *Options) Validate() error {
 	if o.MaxConcurrentSurgePerNamespace < 0 || o.MaxConcurrentSurgePerNamespace > o.MaxConcurrentSurge {
 		bad("max-concurrent-surges-per-namespace", "must be between 0 and --max-concurrent-surges (%d), got %d", o.MaxConcurrentSurge, o.MaxConcurrentSurgePerNamespace)
 	}
-	if o.MaxSurgeReplicas < 1 || o.MaxSurgeReplicas > 10 {
-		bad("max-surge-replicas", "must be between 1 and 10, got %d", o.MaxSurgeReplicas)
+	if o.MaxSurgeReplicas < 1 || o.MaxSurgeReplicas > MaxSurgeReplicasCeiling {
+		bad("max-surge-replicas", "must be between 1 and %d, got %d", MaxSurgeReplicasCeiling, o.MaxSurgeReplicas)
 	}
 	if o.MaxConcurrentSurge < 1 {
 		bad("max-concurrent-surges", "must be at least 1, got %d", o.MaxConcurrentSurge)

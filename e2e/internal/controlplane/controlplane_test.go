@@ -323,6 +323,67 @@ func TestControlPlane(t *testing.T) {
 		if got := d.Spec.Template.Spec.Containers[0].Image; got != "example.invalid/model:1" || d.Labels["stolen"] != "" {
 			t.Errorf("after the refused patches: image %s, labels %v", got, d.Labels)
 		}
+
+		// The bound is the policy's parameter, the settings ConfigMap the daemon's
+		// --max-surge-replicas comes from: raising the setting lets a larger change through.
+		settings := func(value string) {
+			t.Helper()
+			body := fmt.Sprintf(`{"data":{"max-surge-replicas":%q}}`, value)
+			if _, err := c.CoreV1().ConfigMaps(controlplane.GuardianNamespace).Patch(ctx, "drain-guardian-settings",
+				types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		replicas := func() int32 {
+			t.Helper()
+			d, err := c.AppsV1().Deployments(ns).Get(ctx, "model", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return *d.Spec.Replicas
+		}
+		settings("5")
+		pollT(ctx, t, "the policy to admit a change by 5 once the settings say 5", func() (bool, error) {
+			return patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+5)) == nil, nil
+		})
+		if err := patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+6)); err == nil {
+			t.Error("a change by 6 is admitted with the settings at 5")
+		}
+		settings("2")
+		pollT(ctx, t, "the policy to refuse a change by 3 again once the settings say 2", func() (bool, error) {
+			return patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+3)) != nil, nil
+		})
+
+		// Without the settings the API server skips the binding that passes them (Allow), and the
+		// binding without a parameter still holds the ceiling of 10; nobody else is refused (Deny
+		// would refuse every user's matched writes).
+		saved, err := c.CoreV1().ConfigMaps(controlplane.GuardianNamespace).Get(ctx, "drain-guardian-settings", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().ConfigMaps(controlplane.GuardianNamespace).Delete(ctx, saved.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pollT(ctx, t, "a change by 3 to be admitted under the ceiling once the settings are gone", func() (bool, error) {
+			return patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+3)) == nil, nil
+		})
+		if err := patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+11)); err == nil {
+			t.Error("a change by 11 is admitted without the settings: the ceiling of 10 does not hold")
+		}
+		if err := patch(ns, "deployments", "model", image); err == nil {
+			t.Error("an image change by the guardian is admitted without the settings")
+		}
+		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, "model", types.StrategicMergePatchType,
+			[]byte(`{"spec":{"replicas":40}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("an admin's write is refused while the guardian's settings are missing: %v", err)
+		}
+		saved.ResourceVersion = ""
+		if _, err := c.CoreV1().ConfigMaps(controlplane.GuardianNamespace).Create(ctx, saved, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pollT(ctx, t, "a change by 3 to be refused again with the settings back", func() (bool, error) {
+			return patch(ns, "deployments", "model", fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas()+3)) != nil, nil
+		})
 	})
 
 	// Last: the other subtests must not see the restarts.

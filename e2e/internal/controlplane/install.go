@@ -182,7 +182,9 @@ var guardianKinds = []struct {
 	{"ClusterRoleBinding", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, false},
 	{"Role", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, true},
 	{"RoleBinding", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, true},
-	// The policy that confines the guardian's writes: every scenario runs with it in place.
+	// The settings the policy reads its bounds from (its parameter), then the policy that confines the
+	// guardian's writes: every scenario runs with both in place.
+	{"ConfigMap", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, true},
 	{"ValidatingAdmissionPolicy", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}, false},
 	{"ValidatingAdmissionPolicyBinding", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}, false},
 }
