@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -363,6 +364,19 @@ func (s *scenario) events() map[string][]corev1.Event {
 		out[e.Reason] = append(out[e.Reason], e)
 	}
 	return out
+}
+
+// logEventReasons logs how many Events of each reason the namespace holds, so that a run's story
+// can be told from its output whether it passes or fails.
+func (s *scenario) logEventReasons() {
+	s.t.Helper()
+	ev := s.events()
+	reasons := make([]string, 0, len(ev))
+	for r, list := range ev {
+		reasons = append(reasons, fmt.Sprintf("%s×%d", r, len(list)))
+	}
+	sort.Strings(reasons)
+	s.t.Logf("Events by reason: %s", strings.Join(reasons, " "))
 }
 
 // waitEvent waits for an Event with reason (and type when not empty) in the namespace.

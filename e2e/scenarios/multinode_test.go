@@ -195,7 +195,7 @@ func (s *scenario) assertGroupAvailable(g *groupSampler) {
 func TestMultiNodeModelPoolUpdate(t *testing.T) {
 	m := multiNode{name: "big", size: 2, gpus: 8, minAvailable: 3}
 	s := newScenario(t, "multinode", gpuNodes(4, 8), m.selector())
-	g := s.updateMultiNode(m)
+	g := s.updateMultiNode(m, "SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
 	s.assertGroupAvailable(g)
 }
 
@@ -206,7 +206,7 @@ func TestMultiNodeModelPoolUpdate(t *testing.T) {
 func TestMultiNodeModelExclusiveZones(t *testing.T) {
 	m := multiNode{name: "big", size: 2, gpus: 8, minAvailable: 3, exclusive: corev1.LabelTopologyZone}
 	s := newScenario(t, "multinode-zones", gpuNodes(4, 8), m.selector())
-	g := s.updateMultiNode(m)
+	g := s.updateMultiNode(m, "SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
 	s.assertGroupAvailable(g)
 }
 
@@ -216,18 +216,22 @@ func TestMultiNodeModelExclusiveZones(t *testing.T) {
 // the surged group while the old group re-forms with one Ready pod of two, which lws answers by
 // recreating the surged group too, so a complete group at every observation is not something this
 // budget can promise (see README, Multi-node models); the observations are logged, not asserted.
+// For the same reason the surge may never see both groups whole at once before the pool finishes:
+// it is then restored with the pool (SurgeRestored) without passing through ReplacementReady and
+// StallResolved, which are required only where the budget counts whole groups.
 func TestMultiNodeModelPodBudget(t *testing.T) {
 	m := multiNode{name: "big", size: 2, gpus: 8}
 	s := newScenario(t, "multinode-pods", gpuNodes(4, 8), m.selector())
-	g := s.updateMultiNode(m)
+	g := s.updateMultiNode(m, "SurgeStarted", "SurgeRestored")
 	g.stop()
 	<-g.done
 	t.Logf("group availability under a pod budget: %d samples, %d without a complete group", g.samples, g.failed)
 }
 
 // updateMultiNode creates the model, runs the pool update with the guardian's default flags and
-// checks that the pool finished and the surge was made and undone by whole groups.
-func (s *scenario) updateMultiNode(m multiNode) *groupSampler {
+// checks that the pool finished and the surge was made and undone by whole groups, with the Events
+// of the surge's story that the model's budget promises (want).
+func (s *scenario) updateMultiNode(m multiNode, want ...string) *groupSampler {
 	s.t.Helper()
 	s.startLWS()
 	s.createMultiNode(m)
@@ -239,7 +243,8 @@ func (s *scenario) updateMultiNode(m multiNode) *groupSampler {
 	s.eventually(time.Minute, "the set back to one group and no Surge", func() (bool, error) {
 		return s.groups(m.name) == 1 && len(s.surges()) == 0, nil
 	})
-	s.requireEvents("SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
+	s.logEventReasons()
+	s.requireEvents(want...)
 	s.forbidEvents("SurgeFailed", "NoCapacity")
 	return g
 }
