@@ -24,7 +24,7 @@ type StallReader interface {
 	// of a group from them.
 	GroupPods(pod *podinfo.Pod, o Owner) []*podinfo.Pod
 	// PDBStatusBehind reports whether the PDB's status counts fewer healthy pods than the reader
-	// holds; a snapshot has no newer pods than its PDBs and answers false.
+	// holds; `check` answers false, as a prediction does not wait for a status to catch up.
 	PDBStatusBehind(pdb *policyv1.PodDisruptionBudget) bool
 }
 
