@@ -10,9 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
@@ -289,15 +287,8 @@ func (a *analysis) node(n *corev1.Node, poolSelected bool, drain string, ledger 
 		}
 		return found[i].Pod.Name < found[j].Pod.Name
 	})
-	w := guardian.Wave{Node: n.Name, Drain: guardian.NodeDrain{Drain: drain}, PoolSelected: poolSelected, Ledger: ledger}
-	seen := map[types.UID]guardian.Stall{}
-	for _, b := range found {
-		st := guardian.Stall{Blocked: b, Namespace: a.namespaces[b.Pod.Namespace]}
-		if r, _ := guardian.Scope(a.stallCfg, poolSelected, st.Namespace, b.Pod.Namespace); r == guardian.StallNone {
-			a.observe(&st, seen)
-		}
-		w.Stalls = append(w.Stalls, st)
-	}
+	w := guardian.Wave{Node: n.Name, Drain: guardian.NodeDrain{Drain: drain}, PoolSelected: poolSelected, Ledger: ledger,
+		Stalls: guardian.ObserveStalls(a.stallCfg, poolSelected, found, snapshotReader{a})}
 	out := make([]decision, 0, len(found))
 	for i, d := range guardian.DecideStalls(a.stallCfg, w) {
 		if d.SameAs >= 0 {
@@ -309,32 +300,39 @@ func (a *analysis) node(n *corev1.Node, poolSelected bool, drain string, ledger 
 	return out
 }
 
-// observe reads the stall's owner and existing Surge, once per workload.
-func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall) {
-	var owner types.UID
-	if c := metav1.GetControllerOf(st.Pod); c != nil {
-		owner = c.UID
-	}
-	if prev, ok := seen[owner]; ok && owner != "" {
-		st.Owner, st.Existing, st.Group = prev.Owner, prev.Existing, prev.Group
-		return
-	}
-	st.Owner = workload.Observe(a.cl.Workloads, st.Pod)
-	if st.Owner.Err == nil && a.cl.Surge != nil {
-		st.Existing = a.cl.Surge(st.Owner.Target)
-	}
-	if st.Owner.Err == nil && st.Owner.PodOwner.GroupSize > 0 {
-		// The pods of the set, by its name label: only the model of a group is taken from them.
-		var pods []*podinfo.Pod
-		for _, p := range a.cl.Pods {
-			if p.Namespace == st.Pod.Namespace && p.Labels[workload.LWSSetNameLabel] == st.Owner.Target.PodOwner.Name {
-				pods = append(pods, p)
-			}
-		}
-		st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
-	}
-	seen[owner] = *st
+// snapshotReader answers guardian.ObserveStalls from the analysis's snapshot.
+type snapshotReader struct{ a *analysis }
+
+// Namespace is the snapshot's namespace; nil when it holds none of that name.
+func (r snapshotReader) Namespace(name string) *corev1.Namespace { return r.a.namespaces[name] }
+
+// Owner reads the pod's owner chain from the snapshot's workloads.
+func (r snapshotReader) Owner(pod *podinfo.Pod) guardian.Owner {
+	return workload.Observe(r.a.cl.Workloads, pod)
 }
+
+// Surge is the target's Surge; nil when the snapshot knows no Surges.
+func (r snapshotReader) Surge(t *workload.Target) *v1alpha1.Surge {
+	if r.a.cl.Surge == nil {
+		return nil
+	}
+	return r.a.cl.Surge(t)
+}
+
+// GroupPods are the pods of the set, by its name label: only the model of a group is taken from them.
+func (r snapshotReader) GroupPods(pod *podinfo.Pod, o guardian.Owner) []*podinfo.Pod {
+	var pods []*podinfo.Pod
+	for _, p := range r.a.cl.Pods {
+		if p.Namespace == pod.Namespace && p.Labels[workload.LWSSetNameLabel] == o.Target.PodOwner.Name {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}
+
+// PDBStatusBehind is false: a prediction does not wait for a PDB's status to catch up with its pods
+// (the daemon defers such a stall by seconds).
+func (r snapshotReader) PDBStatusBehind(*policyv1.PodDisruptionBudget) bool { return false }
 
 // toDecision turns the stall decision into the report's block; devices (nil: none) says what the
 // replacements' claims take.

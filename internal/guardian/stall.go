@@ -94,8 +94,8 @@ type Stall struct {
 }
 
 // GroupOf returns the group a surge of the stall's workload adds when its pod owner runs groups
-// (workload.PodOwnerState.GroupSize), from the workload's pods; nil otherwise. The controller and
-// `check` both call it, so that they count capacity alike.
+// (workload.PodOwnerState.GroupSize), from the workload's pods; nil otherwise. ObserveStalls calls it
+// for the controller and `check` alike, so that they count capacity alike.
 func GroupOf(o Owner, blocked *podinfo.Pod, pods []*podinfo.Pod) *blocking.Group {
 	if o.Err != nil || o.PodOwner == nil || o.PodOwner.GroupSize < 1 {
 		return nil
