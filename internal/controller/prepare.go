@@ -261,7 +261,7 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 		if start.err == nil {
 			c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 				"Surging %s ahead of the update of pool %s, so that node %s drains without waiting for pod %s (Surge %s)",
-				describeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
+				guardian.DescribeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
 			c.enqueueSurge(start.surge)
 		}
 	case guardian.OutcomeCovered:
