@@ -14,6 +14,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
@@ -38,7 +39,7 @@ type Cluster struct {
 	// Surge returns the Surge of a target, of any phase, or nil; nil when Surges are not known.
 	Surge func(*workload.Target) *v1alpha1.Surge
 	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
-	Devices *blocking.Devices
+	Devices *capacity.Devices
 	// DrainNeed answers whether a node's pending MCO update drains it (the daemon's MCD answers,
 	// see mco.NodeAnswer); nil answers "unknown" for every node.
 	DrainNeed func(*corev1.Node, *mcfgv1.MachineConfigPool) mco.Answer
@@ -175,7 +176,7 @@ type analysis struct {
 	namespaces map[string]*corev1.Namespace
 	// cands holds every node with its pods and what they use, computed once; waveCands is the
 	// buffer candidates fills for each wave (see candidates); candIndex finds a node's entry.
-	cands, waveCands []blocking.Candidate
+	cands, waveCands []capacity.Candidate
 	candIndex        map[string]int
 }
 
@@ -211,7 +212,7 @@ func (a *analysis) pool(name string, selected bool, drain string, maxUnavailable
 			held = nil
 		}
 		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...)).
-			WithDevices(func() *blocking.Devices { return a.cl.Devices })
+			WithDevices(func() *capacity.Devices { return a.cl.Devices })
 		var slowest time.Duration
 		for _, n := range wave {
 			node := Node{Name: n.Name, Stage: stage[n.Name], Wave: start/p.MaxUnavailable + 1}
@@ -336,7 +337,7 @@ func (r snapshotReader) PDBStatusBehind(*policyv1.PodDisruptionBudget) bool { re
 
 // toDecision turns the stall decision into the report's block; devices (nil: none) says what the
 // replacements' claims take.
-func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Devices) decision {
+func toDecision(st guardian.Stall, d guardian.Decision, devices *capacity.Devices) decision {
 	out := decision{Block: Block{Namespace: st.Pod.Namespace, Pod: st.Pod.Name, PDB: st.PDB.Name, Regarding: d.Regarding,
 		Verdict: Verdict(d.Reason.String()), Detail: d.Detail}}
 	if d.Target != nil {
@@ -362,7 +363,7 @@ func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Device
 
 // replicaRequests is what one replica the surge adds requests: the blocked pod's requests, or for a
 // multi-node workload those of every pod of its group.
-func replicaRequests(st guardian.Stall, devices *blocking.Devices) corev1.ResourceList {
+func replicaRequests(st guardian.Stall, devices *capacity.Devices) corev1.ResourceList {
 	if st.Group == nil {
 		return devices.Requests(st.Pod)
 	}
@@ -399,15 +400,15 @@ func changes(fields []workload.Field) []Change {
 // Every wave of every pool checks against the same nodes but for the wave's own: the candidates and
 // what their pods use are computed once, and the slice returned is the analysis's buffer, valid until
 // the next call.
-func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
+func (a *analysis) candidates(wave []*corev1.Node) []capacity.Candidate {
 	if a.cands == nil {
-		a.cands, a.candIndex = make([]blocking.Candidate, 0, len(a.cl.Nodes)), make(map[string]int, len(a.cl.Nodes))
+		a.cands, a.candIndex = make([]capacity.Candidate, 0, len(a.cl.Nodes)), make(map[string]int, len(a.cl.Nodes))
 		for _, n := range a.cl.Nodes {
 			a.candIndex[n.Name] = len(a.cands)
 			pods := a.podsByNode[n.Name]
-			a.cands = append(a.cands, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
+			a.cands = append(a.cands, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
 		}
-		a.waveCands = make([]blocking.Candidate, len(a.cands))
+		a.waveCands = make([]capacity.Candidate, len(a.cands))
 	}
 	copy(a.waveCands, a.cands)
 	for _, n := range wave {
@@ -472,7 +473,7 @@ func (a *analysis) free() map[string]int64 {
 	out := map[string]int64{}
 	var schedulable []*corev1.Node
 	for _, n := range a.cl.Nodes {
-		if n.Spec.Unschedulable || !blocking.NodeReady(n) {
+		if n.Spec.Unschedulable || !capacity.NodeReady(n) {
 			continue
 		}
 		schedulable = append(schedulable, n)
@@ -486,14 +487,14 @@ func (a *analysis) free() map[string]int64 {
 			}
 		}
 		for name, q := range n.Status.Allocatable {
-			if blocking.IsExtended(string(name)) {
+			if capacity.IsExtended(string(name)) {
 				out[string(name)] += max(0, q.Value()-used[string(name)])
 			}
 		}
 	}
 	if a.cl.Devices != nil {
 		for class, n := range a.cl.Devices.Inventory.FreeOn(schedulable) {
-			out[string(blocking.DeviceClassResource(class))] = n
+			out[string(capacity.DeviceClassResource(class))] = n
 		}
 	}
 	return out
@@ -502,7 +503,7 @@ func (a *analysis) free() map[string]int64 {
 // countable reports whether the plan sums a resource: an extended resource, or the devices of a
 // DeviceClass.
 func countable(name string) bool {
-	return blocking.IsExtended(name) || blocking.IsDevices(name)
+	return capacity.IsExtended(name) || capacity.IsDevices(name)
 }
 
 // extended returns the extended resources and devices (see countable) of requests, times n; nil when

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -180,12 +181,12 @@ func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podi
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.
-func (c *Controller) candidates() []blocking.Candidate {
+func (c *Controller) candidates() []capacity.Candidate {
 	nodes, _ := c.nodes.List(labels.Everything())
-	out := make([]blocking.Candidate, 0, len(nodes))
+	out := make([]capacity.Candidate, 0, len(nodes))
 	for _, n := range nodes {
 		pods, _ := c.podsOn(n.Name)
-		out = append(out, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
+		out = append(out, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
 	}
 	return out
 }

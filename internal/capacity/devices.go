@@ -1,4 +1,4 @@
-package blocking
+package capacity
 
 import (
 	"sort"

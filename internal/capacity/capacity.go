@@ -1,4 +1,10 @@
-package blocking
+// Package capacity decides whether the replacement pods of a surge fit on the cluster's other nodes,
+// counting what earlier placements take.
+//
+// Everything here is pure: callers pass objects read from informer listers. It imports blocking (for
+// Skip and Group) and never the other way round: blocking finds the blocked pods, capacity places
+// their replacements.
+package capacity
 
 import (
 	"fmt"
@@ -11,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
+	"github.com/drain-guardian/drain-guardian/internal/blocking"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 )
 
@@ -257,7 +264,7 @@ func antiAffinityConflict(pod *podinfo.Pod, onNode []*podinfo.Pod) bool {
 			namespaces[ns] = true
 		}
 		for _, other := range onNode {
-			if Skip(other) {
+			if blocking.Skip(other) {
 				continue
 			}
 			if (namespaces[other.Namespace] || term.NamespaceSelector != nil) && sel.Matches(labels.Set(other.Labels)) {
