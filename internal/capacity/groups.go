@@ -10,16 +10,16 @@ import (
 )
 
 // FitGroups places the pending pods first (see Fit), then n copies of the group, each whole or not at
-// all: every pod of a copy on a candidate other than exclude (the node being drained) and, with an
+// all, counting every source: every pod of a copy on a candidate other than exclude (the node being drained) and, with an
 // exclusive topology, all of them in one domain that no other group runs in. It returns how many
 // copies fit and what the others lack: Nodes counts the pods without a place in the attempt that
 // came closest, PerNode what one of them requests.
-func FitGroups(g *blocking.Group, n int, exclude string, pending []*podinfo.Pod, candidates []Candidate, devices *Devices) (int, Shortfall) {
-	f := newFitter(candidates, devices)
+func (c *Capacity) FitGroups(g *blocking.Group, n int, exclude string, pending []*podinfo.Pod) (int, Shortfall) {
+	f := c.fitter()
 	for _, p := range pending {
 		f.place(p, "", nil)
 	}
-	f.book.forget()
+	f.books.forget()
 	short := Shortfall{Resources: corev1.ResourceList{}}
 	placed := 0
 	for ; placed < n; placed++ {
@@ -30,15 +30,15 @@ func FitGroups(g *blocking.Group, n int, exclude string, pending []*podinfo.Pod,
 		// The copies left fit no better than this one: each misses what this one does.
 		for range n - placed {
 			for _, p := range missing {
-				addTo(short.Resources, f.book.missing(p))
+				addTo(short.Resources, c.sources.Asks(p))
 			}
 			short.Nodes += len(missing)
 		}
-		short.PerNode = f.book.missing(missing[0])
+		short.PerNode = c.sources.Asks(missing[0])
 		short.Domain = domain
 		break
 	}
-	short.Unsure, short.Refused = f.book.reasons()
+	short.Unsure, short.Refused = f.books.reasons()
 	return placed, short
 }
 
@@ -50,7 +50,7 @@ func (f *fitter) placeGroup(g *blocking.Group, exclude string) ([]*podinfo.Pod, 
 		undo := f.mark()
 		var missing []*podinfo.Pod
 		for _, p := range g.Pods {
-			if !f.place(p, exclude, nil) {
+			if f.place(p, exclude, nil) < 0 {
 				missing = append(missing, p)
 			}
 		}
@@ -66,7 +66,7 @@ func (f *fitter) placeGroup(g *blocking.Group, exclude string) ([]*podinfo.Pod, 
 		keep := func(n *corev1.Node) bool { return n.Labels[g.TopologyKey] == d }
 		var missing []*podinfo.Pod
 		for _, p := range g.Pods {
-			if !f.place(p, exclude, keep) {
+			if f.place(p, exclude, keep) < 0 {
 				missing = append(missing, p)
 			}
 		}

@@ -97,7 +97,7 @@ func TestFitGroups(t *testing.T) {
 				// n3 is the node being drained in this case: its free GPUs are no room for the group.
 				exclude = "n3"
 			}
-			placed, short := FitGroups(tt.group, tt.n, exclude, nil, tt.cands, nil)
+			placed, short := New(tt.cands, Standard(nil)...).FitGroups(tt.group, tt.n, exclude, nil)
 			if placed != tt.wantPlaced || short.Nodes != tt.wantNodes {
 				t.Fatalf("FitGroups() placed %d, %d node(s) missing; want %d, %d", placed, short.Nodes, tt.wantPlaced, tt.wantNodes)
 			}
@@ -115,7 +115,7 @@ func TestFitGroups(t *testing.T) {
 func TestFitGroupsAfterPending(t *testing.T) {
 	cands := pool(gpuNodes(nil, "n1", "n2", "n3", "n4"))
 	pending := []*podinfo.Pod{group0("").Pods[0].Unscheduled("r0"), group0("").Pods[1].Unscheduled("r1")}
-	if placed, short := FitGroups(group0(""), 1, "n1", pending, cands, nil); placed != 0 || short.Nodes != 2 {
+	if placed, short := New(cands, Standard(nil)...).FitGroups(group0(""), 1, "n1", pending); placed != 0 || short.Nodes != 2 {
 		t.Errorf("FitGroups() after a pending group = %d placed, %d nodes missing; want 0, 2", placed, short.Nodes)
 	}
 	if podCounts(cands)[2] != 0 {

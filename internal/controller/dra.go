@@ -75,7 +75,7 @@ func allocated(obj any) bool {
 	return ok && claim.Status.Allocation != nil
 }
 
-// devices is the DRA side of the capacity ledger (see capacity.Devices), read from the caches now;
+// devices is the capacity source of DRA devices (see capacity.Devices), read from the caches now;
 // nil when the cluster serves no DRA or a cache cannot be listed (the ledger then counts node
 // allocatable only, as before DRA).
 func (c *Controller) devices() *capacity.Devices {

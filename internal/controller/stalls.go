@@ -109,7 +109,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		for i := range wave.Stalls {
 			wave.Stalls[i].WaitingSince = c.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
 		}
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices)
+		wave.Ledger = guardian.NewLazyLedger(c.capacityNow, c.booked(view))
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {
@@ -178,6 +178,12 @@ func (c *Controller) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Po
 func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podinfo.Pod {
 	per := int64(max(groupSize, 1))
 	return blocking.Replacements(pods, (int64(s.Spec.Replicas)+int64(s.Spec.Delta))*per, int32(int64(s.Spec.Delta)*per), guardian.Replacement)
+}
+
+// capacityNow is what every node can take as the capacity sources count it, read from the caches now:
+// node allocatable and, when the cluster serves Dynamic Resource Allocation, its devices.
+func (c *Controller) capacityNow() *capacity.Capacity {
+	return capacity.New(c.candidates(), capacity.Standard(c.devices())...)
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.

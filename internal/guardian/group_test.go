@@ -69,7 +69,7 @@ func newGroupCluster(extra ...*podinfo.Pod) *groupCluster {
 		}
 		cands = append(cands, capacity.Candidate{Node: n, Pods: on})
 	}
-	c.ledger = NewLedger(cands, nil)
+	c.ledger = NewLedger(capacity.New(cands, capacity.Standard(nil)...), nil)
 	return c
 }
 

@@ -124,7 +124,7 @@ func (f *fixture) ledger() *Ledger {
 		}
 		cands = append(cands, capacity.Candidate{Node: n, Pods: on})
 	}
-	return NewLedger(cands, nil)
+	return NewLedger(capacity.New(cands, capacity.Standard(nil)...), nil)
 }
 
 func (f *fixture) wave(stalls ...Stall) Wave {
