@@ -57,8 +57,9 @@ type Ask interface {
 type Sources []Source
 
 // Standard is the list the guardian counts: node allocatable, then, when the cluster serves
-// Dynamic Resource Allocation, its devices (nil: none). The cheapest come first: a node node
-// allocatable refuses never costs a device placement. A new source is one more line here.
+// Dynamic Resource Allocation, its devices (nil: none). The cheapest come first: a node whose
+// allocatable refuses the pod costs no device placement, and says nothing about its devices in a
+// shortfall. A new source is one more line here.
 func Standard(devices *Devices) Sources {
 	return Sources{
 		Allocatable{},
