@@ -154,7 +154,7 @@ func (c *Controller) prepareInput(config string, nodes []*nodeObservation, capac
 	pools := c.newPoolLookup()
 	p := guardian.Prepare{
 		Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
-		Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
+		Ledger:         guardian.NewLazyLedger(c.capacityNow, c.booked(view)),
 		CapacityWanted: capacityWanted,
 		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
 	}

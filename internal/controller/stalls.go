@@ -12,6 +12,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -108,7 +109,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		for i := range wave.Stalls {
 			wave.Stalls[i].WaitingSince = c.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
 		}
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices)
+		wave.Ledger = guardian.NewLazyLedger(c.capacityNow, c.booked(view))
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {
@@ -179,13 +180,19 @@ func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podi
 	return blocking.Replacements(pods, (int64(s.Spec.Replicas)+int64(s.Spec.Delta))*per, int32(int64(s.Spec.Delta)*per), guardian.Replacement)
 }
 
+// capacityNow is what every node can take as the capacity sources count it, read from the caches now:
+// node allocatable and, when the cluster serves Dynamic Resource Allocation, its devices.
+func (c *Controller) capacityNow() *capacity.Capacity {
+	return capacity.New(c.candidates(), capacity.Standard(c.devices())...)
+}
+
 // candidates lists every node with its pods and what they request, for the capacity ledger.
-func (c *Controller) candidates() []blocking.Candidate {
+func (c *Controller) candidates() []capacity.Candidate {
 	nodes, _ := c.nodes.List(labels.Everything())
-	out := make([]blocking.Candidate, 0, len(nodes))
+	out := make([]capacity.Candidate, 0, len(nodes))
 	for _, n := range nodes {
 		pods, _ := c.podsOn(n.Name)
-		out = append(out, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
+		out = append(out, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
 	}
 	return out
 }

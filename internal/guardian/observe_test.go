@@ -13,6 +13,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -122,7 +123,7 @@ func TestObserveStallsLeavesOutOfScopeOwnersUnread(t *testing.T) {
 	if r.ownerReads["web-a"] != 1 || r.ownerReads["api-a"] != 0 || r.ownerReads["old-a"] != 0 || r.surgeReads != 1 || len(r.pdbReads) != 1 {
 		t.Errorf("owner reads %v, Surge reads %d, PDB reads %v: want only the in-scope pod's owner read", r.ownerReads, r.surgeReads, r.pdbReads)
 	}
-	ds := DecideStalls(cfg, Wave{Node: "w1", PoolSelected: true, Stalls: stalls, Ledger: NewLedger(nil, nil)})
+	ds := DecideStalls(cfg, Wave{Node: "w1", PoolSelected: true, Stalls: stalls, Ledger: NewLedger(capacity.New(nil, capacity.Standard(nil)...), nil)})
 	if !ds[0].InScope {
 		t.Errorf("web-a: %s (%s), want it in scope", ds[0].Reason, ds[0].Detail)
 	}
