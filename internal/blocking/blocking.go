@@ -1,5 +1,6 @@
-// Package blocking decides which pods on a node a PodDisruptionBudget keeps from being evicted, whether
-// adding replicas can change that, and whether a replacement pod could be scheduled elsewhere.
+// Package blocking decides which pods on a node a PodDisruptionBudget keeps from being evicted, and
+// whether adding replicas can change that. Whether the replacements fit elsewhere is
+// internal/capacity's.
 //
 // Everything here is pure: callers pass objects read from informer listers.
 package blocking

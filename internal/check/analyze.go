@@ -10,12 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
@@ -39,8 +38,9 @@ type Cluster struct {
 	Workloads Workloads
 	// Surge returns the Surge of a target, of any phase, or nil; nil when Surges are not known.
 	Surge func(*workload.Target) *v1alpha1.Surge
-	// Devices are the devices of Dynamic Resource Allocation; nil when the cluster serves none.
-	Devices *blocking.Devices
+	// Sources are the capacity sources the replacements are placed on (see capacity.Standard); nil
+	// counts node allocatable alone.
+	Sources capacity.Sources
 	// DrainNeed answers whether a node's pending MCO update drains it (the daemon's MCD answers,
 	// see mco.NodeAnswer); nil answers "unknown" for every node.
 	DrainNeed func(*corev1.Node, *mcfgv1.MachineConfigPool) mco.Answer
@@ -175,9 +175,11 @@ type analysis struct {
 	podsByNode map[string][]*podinfo.Pod
 	pdbs       *blocking.PDBIndex
 	namespaces map[string]*corev1.Namespace
+	// sources are the capacity sources the ledgers count: cl.Sources, or node allocatable alone.
+	sources capacity.Sources
 	// cands holds every node with its pods and what they use, computed once; waveCands is the
 	// buffer candidates fills for each wave (see candidates); candIndex finds a node's entry.
-	cands, waveCands []blocking.Candidate
+	cands, waveCands []capacity.Candidate
 	candIndex        map[string]int
 }
 
@@ -190,6 +192,9 @@ func newAnalysis(cl Cluster, cfg Config) *analysis {
 	}
 	for _, ns := range cl.Namespaces {
 		a.namespaces[ns.Name] = ns
+	}
+	if a.sources = cl.Sources; a.sources == nil {
+		a.sources = capacity.Standard(nil)
 	}
 	// A prediction has no concurrency limit: the limit delays surges, it does not stall them.
 	a.stallCfg = guardian.StallConfig{
@@ -212,8 +217,7 @@ func (a *analysis) pool(name string, selected bool, drain string, maxUnavailable
 		if !a.cfg.HoldAll {
 			held = nil
 		}
-		ledger := guardian.NewLedger(a.candidates(wave), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...)).
-			WithDevices(func() *blocking.Devices { return a.cl.Devices })
+		ledger := guardian.NewLedger(capacity.New(a.candidates(wave), a.sources...), append(append([]*podinfo.Pod{}, a.cl.Pending...), held...))
 		var slowest time.Duration
 		for _, n := range wave {
 			node := Node{Name: n.Name, Stage: stage[n.Name], Wave: start/p.MaxUnavailable + 1}
@@ -289,56 +293,56 @@ func (a *analysis) node(n *corev1.Node, poolSelected bool, drain string, ledger 
 		}
 		return found[i].Pod.Name < found[j].Pod.Name
 	})
-	w := guardian.Wave{Node: n.Name, Drain: guardian.NodeDrain{Drain: drain}, PoolSelected: poolSelected, Ledger: ledger}
-	seen := map[types.UID]guardian.Stall{}
-	for _, b := range found {
-		st := guardian.Stall{Blocked: b, Namespace: a.namespaces[b.Pod.Namespace]}
-		if r, _ := guardian.Scope(a.stallCfg, poolSelected, st.Namespace, b.Pod.Namespace); r == guardian.StallNone {
-			a.observe(&st, seen)
-		}
-		w.Stalls = append(w.Stalls, st)
-	}
+	w := guardian.Wave{Node: n.Name, Drain: guardian.NodeDrain{Drain: drain}, PoolSelected: poolSelected, Ledger: ledger,
+		Stalls: guardian.ObserveStalls(a.stallCfg, poolSelected, found, snapshotReader{a})}
 	out := make([]decision, 0, len(found))
 	for i, d := range guardian.DecideStalls(a.stallCfg, w) {
 		if d.SameAs >= 0 {
 			out = append(out, sameStall(out[d.SameAs], w.Stalls[i]))
 			continue
 		}
-		out = append(out, toDecision(w.Stalls[i], d, a.cl.Devices))
+		out = append(out, toDecision(w.Stalls[i], d, a.sources))
 	}
 	return out
 }
 
-// observe reads the stall's owner and existing Surge, once per workload.
-func (a *analysis) observe(st *guardian.Stall, seen map[types.UID]guardian.Stall) {
-	var owner types.UID
-	if c := metav1.GetControllerOf(st.Pod); c != nil {
-		owner = c.UID
-	}
-	if prev, ok := seen[owner]; ok && owner != "" {
-		st.Owner, st.Existing, st.Group = prev.Owner, prev.Existing, prev.Group
-		return
-	}
-	st.Owner = workload.Observe(a.cl.Workloads, st.Pod)
-	if st.Owner.Err == nil && a.cl.Surge != nil {
-		st.Existing = a.cl.Surge(st.Owner.Target)
-	}
-	if st.Owner.Err == nil && st.Owner.PodOwner.GroupSize > 0 {
-		// The pods of the set, by its name label: only the model of a group is taken from them.
-		var pods []*podinfo.Pod
-		for _, p := range a.cl.Pods {
-			if p.Namespace == st.Pod.Namespace && p.Labels[workload.LWSSetNameLabel] == st.Owner.Target.PodOwner.Name {
-				pods = append(pods, p)
-			}
-		}
-		st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
-	}
-	seen[owner] = *st
+// snapshotReader answers guardian.ObserveStalls from the analysis's snapshot.
+type snapshotReader struct{ a *analysis }
+
+// Namespace is the snapshot's namespace; nil when it holds none of that name.
+func (r snapshotReader) Namespace(name string) *corev1.Namespace { return r.a.namespaces[name] }
+
+// Owner reads the pod's owner chain from the snapshot's workloads.
+func (r snapshotReader) Owner(pod *podinfo.Pod) guardian.Owner {
+	return workload.Observe(r.a.cl.Workloads, pod)
 }
 
-// toDecision turns the stall decision into the report's block; devices (nil: none) says what the
-// replacements' claims take.
-func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Devices) decision {
+// Surge is the target's Surge; nil when the snapshot knows no Surges.
+func (r snapshotReader) Surge(t *workload.Target) *v1alpha1.Surge {
+	if r.a.cl.Surge == nil {
+		return nil
+	}
+	return r.a.cl.Surge(t)
+}
+
+// GroupPods are the pods of the set, by its name label: only the model of a group is taken from them.
+func (r snapshotReader) GroupPods(pod *podinfo.Pod, o guardian.Owner) []*podinfo.Pod {
+	var pods []*podinfo.Pod
+	for _, p := range r.a.cl.Pods {
+		if p.Namespace == pod.Namespace && p.Labels[workload.LWSSetNameLabel] == o.Target.PodOwner.Name {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}
+
+// PDBStatusBehind is false: a prediction does not wait for a PDB's status to catch up with its pods
+// (the daemon defers such a stall by seconds).
+func (r snapshotReader) PDBStatusBehind(*policyv1.PodDisruptionBudget) bool { return false }
+
+// toDecision turns the stall decision into the report's block; sources say what the replacements
+// ask.
+func toDecision(st guardian.Stall, d guardian.Decision, sources capacity.Sources) decision {
 	out := decision{Block: Block{Namespace: st.Pod.Namespace, Pod: st.Pod.Name, PDB: st.PDB.Name, Regarding: d.Regarding,
 		Verdict: Verdict(d.Reason.String()), Detail: d.Detail}}
 	if d.Target != nil {
@@ -347,7 +351,7 @@ func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Device
 	switch {
 	case d.Outcome == guardian.OutcomeSurge:
 		out.Detail, out.Replicas, out.replacements = "", d.Delta, int(d.Delta)
-		out.Extra = extended(replicaRequests(st, devices), int64(d.Delta))
+		out.Extra = extended(replicaRequests(st, sources), int64(d.Delta))
 		out.Changes = changes(d.Fields)
 		if len(out.Extra) > 0 {
 			out.Verdict = ResolvableWithCapacity
@@ -357,20 +361,20 @@ func toDecision(st guardian.Stall, d guardian.Decision, devices *blocking.Device
 		out.Detail, out.Replicas = fmt.Sprintf("(Surge %s in flight serves it)", d.Existing.Name), d.Existing.Spec.Delta
 		out.Changes = changes(d.Existing.Spec.Fields)
 	case d.Reason == guardian.StallNoCapacity:
-		out.Replicas, out.Extra, out.Missing = d.Delta, extended(replicaRequests(st, devices), int64(d.Delta)), quantities(d.Missing)
+		out.Replicas, out.Extra, out.Missing = d.Delta, extended(replicaRequests(st, sources), int64(d.Delta)), quantities(d.Missing)
 	}
 	return out
 }
 
 // replicaRequests is what one replica the surge adds requests: the blocked pod's requests, or for a
 // multi-node workload those of every pod of its group.
-func replicaRequests(st guardian.Stall, devices *blocking.Devices) corev1.ResourceList {
+func replicaRequests(st guardian.Stall, sources capacity.Sources) corev1.ResourceList {
 	if st.Group == nil {
-		return devices.Requests(st.Pod)
+		return sources.Asks(st.Pod)
 	}
 	out := corev1.ResourceList{}
 	for _, p := range st.Group.Pods {
-		for name, q := range devices.Requests(p) {
+		for name, q := range sources.Asks(p) {
 			v := out[name]
 			v.Add(q)
 			out[name] = v
@@ -401,17 +405,8 @@ func changes(fields []workload.Field) []Change {
 // Every wave of every pool checks against the same nodes but for the wave's own: the candidates and
 // what their pods use are computed once, and the slice returned is the analysis's buffer, valid until
 // the next call.
-func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
-	if a.cands == nil {
-		a.cands, a.candIndex = make([]blocking.Candidate, 0, len(a.cl.Nodes)), make(map[string]int, len(a.cl.Nodes))
-		for _, n := range a.cl.Nodes {
-			a.candIndex[n.Name] = len(a.cands)
-			pods := a.podsByNode[n.Name]
-			a.cands = append(a.cands, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
-		}
-		a.waveCands = make([]blocking.Candidate, len(a.cands))
-	}
-	copy(a.waveCands, a.cands)
+func (a *analysis) candidates(wave []*corev1.Node) []capacity.Candidate {
+	copy(a.waveCands, a.allCandidates())
 	for _, n := range wave {
 		if i, ok := a.candIndex[n.Name]; ok {
 			cordoned := *a.cands[i].Node // a shallow copy: only Spec.Unschedulable differs
@@ -420,6 +415,20 @@ func (a *analysis) candidates(wave []*corev1.Node) []blocking.Candidate {
 		}
 	}
 	return a.waveCands
+}
+
+// allCandidates lists every node with its pods and what they use, computed on first use.
+func (a *analysis) allCandidates() []capacity.Candidate {
+	if a.cands == nil {
+		a.cands, a.candIndex = make([]capacity.Candidate, 0, len(a.cl.Nodes)), make(map[string]int, len(a.cl.Nodes))
+		for _, n := range a.cl.Nodes {
+			a.candIndex[n.Name] = len(a.cands)
+			pods := a.podsByNode[n.Name]
+			a.cands = append(a.cands, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
+		}
+		a.waveCands = make([]capacity.Candidate, len(a.cands))
+	}
+	return a.cands
 }
 
 // plan sums up the pool's blocks and the extended resources and devices their surges take.
@@ -469,42 +478,22 @@ func (a *analysis) plan(p Pool) Plan {
 	return plan
 }
 
-// free sums, per extended resource, allocatable minus requests over the schedulable, Ready nodes.
+// free sums, per extended resource and DeviceClass, what the schedulable, Ready nodes have free, as
+// the sources count it.
 func (a *analysis) free() map[string]int64 {
-	out := map[string]int64{}
-	var schedulable []*corev1.Node
-	for _, n := range a.cl.Nodes {
-		if n.Spec.Unschedulable || !blocking.NodeReady(n) {
-			continue
-		}
-		schedulable = append(schedulable, n)
-		used := map[string]int64{}
-		for _, p := range a.podsByNode[n.Name] {
-			if p.Finished() {
-				continue
-			}
-			for name, q := range extended(p.Spec.Requests, 1) {
-				used[name] += q
-			}
-		}
-		for name, q := range n.Status.Allocatable {
-			if blocking.IsExtended(string(name)) {
-				out[string(name)] += max(0, q.Value()-used[string(name)])
-			}
+	var schedulable []capacity.Candidate
+	for _, c := range a.allCandidates() {
+		if !c.Node.Spec.Unschedulable && capacity.NodeReady(c.Node) {
+			schedulable = append(schedulable, c)
 		}
 	}
-	if a.cl.Devices != nil {
-		for class, n := range a.cl.Devices.Inventory.FreeOn(schedulable) {
-			out[string(blocking.DeviceClassResource(class))] = n
-		}
-	}
-	return out
+	return a.sources.Free(schedulable)
 }
 
 // countable reports whether the plan sums a resource: an extended resource, or the devices of a
 // DeviceClass.
 func countable(name string) bool {
-	return blocking.IsExtended(name) || blocking.IsDevices(name)
+	return capacity.IsExtended(name) || capacity.IsDevices(name)
 }
 
 // extended returns the extended resources and devices (see countable) of requests, times n; nil when

@@ -185,7 +185,7 @@ type Plan struct {
 	Resolvable int `json:"resolvable"`
 	// Stalls counts the pods the update will stall on, by verdict.
 	Stalls map[Verdict]int `json:"stalls,omitempty"`
-	// Resources compares, per extended resource and per DeviceClass (see blocking.DeviceClassResource),
+	// Resources compares, per extended resource and per DeviceClass (see capacity.DeviceClassResource),
 	// the peak the surges take at once with what is free.
 	Resources []Resource `json:"resources,omitempty"`
 	// AddedTime estimates how much longer the update takes because drains wait for replacements to be

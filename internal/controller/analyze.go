@@ -7,6 +7,7 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/metrics"
@@ -91,7 +92,7 @@ func stallWantsCapacity(r *check.Report) bool {
 // snapshot lists what check.Analyze needs from the informer caches.
 func (c *Controller) snapshot() (check.Cluster, error) {
 	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Devices: c.devices(), DrainNeed: c.answers.need, Selectors: c.selectors}
+	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Sources: capacity.Standard(c.devices()), DrainNeed: c.answers.need, Selectors: c.selectors}
 	var err error
 	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)

@@ -144,7 +144,7 @@ func (c *Controller) reportStall(obs *nodeObservation, st *guardian.Stall, d gua
 func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
 	pod, node, drain := st.Pod, obs.node.Name, obs.wave.Drain
 	trigger := drain.Trigger
-	change, kind := describeFields(d.Fields), d.Regarding.Kind
+	change, kind := guardian.DescribeFields(d.Fields), d.Regarding.Kind
 	switch {
 	case errors.Is(start.err, errDryRun):
 		if c.reports.once(node, stallKey(obs, st, ReasonDryRun)) {

@@ -1,15 +1,13 @@
 // Package controller wires drain-guardian to the cluster: shared informers feed one rate-limited
-// workqueue of node and workload keys, and level-driven sync functions read the listers, ask package
-// guardian what to do and carry it out.
+// workqueue of node, Surge and pool keys, and level-driven sync functions (syncNode, syncSurge,
+// syncPool) read the view, ask package guardian what to do and carry it out through the executor, the
+// one door for writes. Informers are wired in controller.go, the run in run.go, the queue in queue.go.
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	mcfgclient "github.com/openshift/client-go/machineconfiguration/clientset/versioned"
 	mcfginformers "github.com/openshift/client-go/machineconfiguration/informers/externalversions"
@@ -22,8 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -78,7 +74,10 @@ type Clients struct {
 	Discovery discovery.DiscoveryInterface
 }
 
-// Controller is drain-guardian's reconciler.
+// Controller is drain-guardian's reconciler: one queue of node, Surge and pool keys over shared
+// informers. Its state is in three parts, each a type of its own: what it reads of the cluster (view),
+// the informers that fill that view (informerSet), and its in-memory bookkeeping (books); the rest is
+// its configuration and the ways it writes (the executor) and reports.
 type Controller struct {
 	cfg      guardian.Config
 	opts     *options.Options
@@ -88,22 +87,25 @@ type Controller struct {
 	metrics  *metrics.Metrics
 	clock    clock.Clock
 	queue    workqueue.TypedRateLimitingInterface[key]
+	exec     *executor
+	ready    atomic.Bool
+	// answers reads whether an MCO update drains (see mcd.go).
+	answers *mcdAnswers
 
+	view
+	informerSet
+	books
+}
+
+// view is the cluster as the controller reads it: the listers of the shared informers and the
+// lookups built on them. Nothing in it writes to the API server.
+type view struct {
 	nsSelector, poolSelector labels.Selector
 
-	kubeFactory    informers.SharedInformerFactory
-	mcoFactory     mcfginformers.SharedInformerFactory
-	dynamicFactory dynamicinformer.DynamicSharedInformerFactory
-	// draFactory and dra are nil when the cluster does not serve resource.k8s.io/v1 (see watchDevices).
-	draFactory informers.SharedInformerFactory
-	dra        *dra.Listers
-	// inventory is the device count of the DRA caches, rebuilt when they change (see devices).
-	inventory dra.InventoryCache
-
-	nodes      corelisters.NodeLister
-	pods       podinfo.Lister
-	podIndexer cache.Indexer
-	pdbs       policylisters.PodDisruptionBudgetLister
+	nodes corelisters.NodeLister
+	// pods is indexed by node (nodeNameIndex).
+	pods podinfo.Lister
+	pdbs policylisters.PodDisruptionBudgetLister
 	// selectors holds the PDBs' parsed selectors, one parse per change of a PDB.
 	selectors  *blocking.SelectorCache
 	namespaces corelisters.NamespaceLister
@@ -111,16 +113,31 @@ type Controller struct {
 	pools          mcfglisters.MachineConfigPoolLister
 	store          *workload.Store
 	surges         *surgeLister
-	exec           *executor
 	kserve         *kserveAPIs
 	scaleResources *scaleDiscovery
+	// dra is nil when the cluster does not serve resource.k8s.io/v1 (see watchDevices).
+	dra *dra.Listers
+	// inventory is the device count of the DRA caches, rebuilt when they change (see devices).
+	inventory dra.InventoryCache
+	// sources reads the drains that do not come from the MCO (see sources.go).
+	sources *sources
+}
 
-	synced []cache.InformerSynced
-	ready  atomic.Bool
+// informerSet is the shared informer factories behind the view, and what says their caches synced.
+type informerSet struct {
+	kubeFactory    informers.SharedInformerFactory
+	mcoFactory     mcfginformers.SharedInformerFactory
+	dynamicFactory dynamicinformer.DynamicSharedInformerFactory
+	// draFactory is nil when the cluster does not serve resource.k8s.io/v1 (see watchDevices).
+	draFactory informers.SharedInformerFactory
+	synced     []cache.InformerSynced
+}
 
+// books is the controller's in-memory bookkeeping, one type per job (see state.go): nothing in it
+// is needed to resume after a restart.
+type books struct {
 	// plans caches each pool's predicted update order (see plan) until the next node or pool event.
-	plans planCache
-	// The bookkeeping, one type per job (see state.go).
+	plans   planCache
 	events  *eventer
 	reports *reports
 	flight  *flight
@@ -131,10 +148,6 @@ type Controller struct {
 	writing writeAttempts
 	// preparations holds what was last reported about each pool being prepared (see syncPool).
 	preparations preparations
-	// sources reads the drains that do not come from the MCO (see sources.go).
-	sources *sources
-	// answers reads whether an MCO update drains (see mcd.go).
-	answers *mcdAnswers
 }
 
 // New builds the controller and registers its informers; nothing runs until Start and Run.
@@ -155,111 +168,117 @@ func New(opts *options.Options, clients Clients, recorder events.EventRecorder, 
 			Lookahead: opts.Lookahead,
 		},
 		opts: opts, log: log, clients: clients, recorder: recorder, metrics: m, clock: clock.RealClock{},
-		nsSelector: nsSel, poolSelector: poolSel,
+		view:  view{nsSelector: nsSel, poolSelector: poolSel, selectors: blocking.NewSelectorCache()},
+		books: books{events: &eventer{recorder: recorder, log: log}, gauges: newGauges(m)},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "drain_guardian", MetricsProvider: m.NewWorkqueueProvider()},
 		),
-		events: &eventer{recorder: recorder, log: log},
-		gauges: newGauges(m), selectors: blocking.NewSelectorCache(),
 	}
 	c.setClock(clock.RealClock{})
 	c.kubeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, informers.WithTransform(slim))
 	c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(clients.Dynamic, opts.ResyncPeriod)
-	if served, err := servesResource(clients.Discovery, v1alpha1.SchemeGroupVersion.String(), v1alpha1.SurgesResource.Resource); err != nil {
-		return nil, fmt.Errorf("discovering the Surge API: %w", err)
-	} else if !served {
-		return nil, fmt.Errorf("the Surge API (%s) is not served: install its CustomResourceDefinition (manifests/base/crd) before the guardian", v1alpha1.SurgesResource.GroupResource())
+	for _, watch := range []func() error{c.watchSurges, c.watchCore, c.watchDevices, c.watchSources, c.watchPools} {
+		if err := watch(); err != nil {
+			return nil, err
+		}
 	}
-	surgeInf := c.dynamicFactory.ForResource(v1alpha1.SurgesResource).Informer()
-	if err := surgeInf.SetTransform(stripManagedFields); err != nil {
-		return nil, err
-	}
-	c.surges = &surgeLister{indexer: surgeInf.GetIndexer()}
+	return c, nil
+}
 
-	nodeInf := c.kubeFactory.Core().V1().Nodes()
-	podInf := c.kubeFactory.Core().V1().Pods()
-	pdbInf := c.kubeFactory.Policy().V1().PodDisruptionBudgets()
-	nsInf := c.kubeFactory.Core().V1().Namespaces()
-	rsInf := c.kubeFactory.Apps().V1().ReplicaSets()
-	depInf := c.kubeFactory.Apps().V1().Deployments()
-	ssInf := c.kubeFactory.Apps().V1().StatefulSets()
-	hpaInf := c.kubeFactory.Autoscaling().V2().HorizontalPodAutoscalers()
+// watchSurges registers the Surge informer; the Surge API must be served.
+func (c *Controller) watchSurges() error {
+	if served, err := servesResource(c.clients.Discovery, v1alpha1.SchemeGroupVersion.String(), v1alpha1.SurgesResource.Resource); err != nil {
+		return fmt.Errorf("discovering the Surge API: %w", err)
+	} else if !served {
+		return fmt.Errorf("the Surge API (%s) is not served: install its CustomResourceDefinition (manifests/base/crd) before the guardian", v1alpha1.SurgesResource.GroupResource())
+	}
+	inf := c.dynamicFactory.ForResource(v1alpha1.SurgesResource).Informer()
+	if err := inf.SetTransform(stripManagedFields); err != nil {
+		return err
+	}
+	c.surges = &surgeLister{indexer: inf.GetIndexer()}
+	return c.register(inf, c.handler(c.onSurge))
+}
+
+// watchCore registers the informers of the core kinds (nodes, pods, PDBs, namespaces and the
+// workloads), builds the view's listers and lookups on them, and the executor on the workload store.
+func (c *Controller) watchCore() error {
+	f := c.kubeFactory
+	nodeInf, podInf, pdbInf, nsInf := f.Core().V1().Nodes(), f.Core().V1().Pods(), f.Policy().V1().PodDisruptionBudgets(), f.Core().V1().Namespaces()
+	rsInf, depInf, ssInf, hpaInf := f.Apps().V1().ReplicaSets(), f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Autoscaling().V2().HorizontalPodAutoscalers()
 	if err := podInf.Informer().AddIndexers(cache.Indexers{nodeNameIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*podinfo.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
 		}
 		return nil, nil
 	}}); err != nil {
-		return nil, err
+		return err
 	}
-	c.nodes, c.podIndexer = nodeInf.Lister(), podInf.Informer().GetIndexer()
-	c.pods = podinfo.Lister{Indexer: c.podIndexer}
+	c.nodes, c.pods = nodeInf.Lister(), podinfo.Lister{Indexer: podInf.Informer().GetIndexer()}
 	c.pdbs, c.namespaces = pdbInf.Lister(), nsInf.Lister()
 	c.kserve = newKServeAPIs(c)
 	c.answers = &mcdAnswers{nodes: func() []*corev1.Node {
 		nodes, _ := c.nodes.List(labels.Everything())
 		return nodes
 	}}
-	c.scaleResources = &scaleDiscovery{discovery: clients.Discovery, ttl: scaleDiscoveryTTL, clock: c.clock}
+	c.scaleResources = &scaleDiscovery{discovery: c.clients.Discovery, ttl: scaleDiscoveryTTL, clock: c.clock}
 	c.store = &workload.Store{
 		ReplicaSets: workload.MetadataIndex{Indexer: rsInf.Informer().GetIndexer(), Resource: appsv1.Resource("replicasets")},
 		Deployments: depInf.Lister(), StatefulSets: ssInf.Lister(), HPAs: hpaInf.Lister(),
-		KServe: c.kserve.lister, Scalable: c.scaleResources.lookup, Kube: clients.Kube, Dynamic: clients.Dynamic, FieldManager: FieldManager,
+		KServe: c.kserve.lister, Scalable: c.scaleResources.lookup, Kube: c.clients.Kube, Dynamic: c.clients.Dynamic, FieldManager: FieldManager,
 		Pods: func(namespace, name string) (metav1.Object, error) { return c.pods.Pods(namespace).Get(name) },
 	}
 	c.exec = newExecutor(executorConfig{
-		Kube: clients.Kube, Dynamic: clients.Dynamic, Targets: c.store, Metrics: m, Events: c.events,
-		Reports: c.reports, Flight: c.flight, DryRun: opts.DryRun,
+		Kube: c.clients.Kube, Dynamic: c.clients.Dynamic, Targets: c.store, Metrics: c.metrics, Events: c.events,
+		Reports: c.reports, Flight: c.flight, DryRun: c.opts.DryRun,
 	})
+	return errors.Join(
+		c.register(nodeInf.Informer(), c.handler(c.onNode)),
+		c.register(podInf.Informer(), c.podHandler()),
+		c.register(pdbInf.Informer(), c.pdbHandler()),
+		c.register(depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))),
+		c.register(ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))),
+		c.register(hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))),
+		c.register(nsInf.Informer(), nil),
+		c.register(rsInf.Informer(), nil),
+	)
+}
 
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{nodeInf.Informer(), c.handler(c.onNode)},
-		{podInf.Informer(), c.podHandler()},
-		{pdbInf.Informer(), c.pdbHandler()},
-		{depInf.Informer(), c.handler(c.onScalable(workload.KindDeployment))},
-		{ssInf.Informer(), c.handler(c.onScalable(workload.KindStatefulSet))},
-		{hpaInf.Informer(), c.handler(c.onScalable(workload.KindHPA))},
-		{surgeInf, c.handler(c.onSurge)},
-		{nsInf.Informer(), nil},
-		{rsInf.Informer(), nil},
+// watchPools registers the MachineConfigPool and MachineConfigNode informers when the cluster serves
+// them; without them only the other drain sources trigger surges.
+func (c *Controller) watchPools() error {
+	served, err := servesResource(c.clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools")
+	if err != nil {
+		return fmt.Errorf("discovering MachineConfigPools: %w", err)
 	}
-	for _, h := range handlers {
-		if h.h != nil {
-			if _, err := h.inf.AddEventHandler(h.h); err != nil {
-				return nil, err
-			}
-		}
-		c.synced = append(c.synced, h.inf.HasSynced)
+	if !served || c.clients.MCO == nil {
+		c.log.Warn("MachineConfigPools are not served by this cluster: MCO drain detection is off; only --cordoned-nodes can trigger surges",
+			zap.Bool("cordonedNodes", c.opts.CordonedNodes))
+		return nil
 	}
+	c.mcoFactory = mcfginformers.NewSharedInformerFactoryWithOptions(c.clients.MCO, c.opts.ResyncPeriod, mcfginformers.WithTransform(stripManagedFields))
+	poolInf := c.mcoFactory.Machineconfiguration().V1().MachineConfigPools()
+	c.pools = poolInf.Lister()
+	if err := c.register(poolInf.Informer(), c.handler(c.onPool)); err != nil {
+		return err
+	}
+	if err := c.watchMachineConfigNodes(); err != nil {
+		return fmt.Errorf("discovering MachineConfigNodes: %w", err)
+	}
+	return nil
+}
 
-	if err := c.watchDevices(); err != nil {
-		return nil, err
-	}
-	if err := c.watchSources(); err != nil {
-		return nil, err
-	}
-	if served, err := servesResource(clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfigpools"); err != nil {
-		return nil, fmt.Errorf("discovering MachineConfigPools: %w", err)
-	} else if served && clients.MCO != nil {
-		c.mcoFactory = mcfginformers.NewSharedInformerFactoryWithOptions(clients.MCO, opts.ResyncPeriod, mcfginformers.WithTransform(stripManagedFields))
-		poolInf := c.mcoFactory.Machineconfiguration().V1().MachineConfigPools()
-		c.pools = poolInf.Lister()
-		if _, err := poolInf.Informer().AddEventHandler(c.handler(c.onPool)); err != nil {
-			return nil, err
+// register adds the event handler (none when nil) to the informer, and the informer to those whose
+// caches Start waits for.
+func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+	if h != nil {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
 		}
-		c.synced = append(c.synced, poolInf.Informer().HasSynced)
-		if err := c.watchMachineConfigNodes(); err != nil {
-			return nil, fmt.Errorf("discovering MachineConfigNodes: %w", err)
-		}
-	} else {
-		log.Warn("MachineConfigPools are not served by this cluster: MCO drain detection is off; only --cordoned-nodes can trigger surges",
-			zap.Bool("cordonedNodes", opts.CordonedNodes))
 	}
-	return c, nil
+	c.synced = append(c.synced, inf.HasSynced)
+	return nil
 }
 
 // setClock makes clk the controller's clock, and its bookkeeping's: every time the controller reads
@@ -301,167 +320,4 @@ func stripManagedFields(obj any) (any, error) {
 		a.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// Start starts the informers and waits for their caches; it returns an error if ctx ends first. It runs
-// on every replica, leader or not, so that a new leader acts on a warm cache.
-func (c *Controller) Start(ctx context.Context) error {
-	c.kubeFactory.Start(ctx.Done())
-	c.dynamicFactory.Start(ctx.Done())
-	if c.mcoFactory != nil {
-		c.mcoFactory.Start(ctx.Done())
-	}
-	if c.draFactory != nil {
-		c.draFactory.Start(ctx.Done())
-	}
-	if err := c.kserve.discover(ctx); err != nil {
-		c.log.Warn("KServe discovery failed; retrying in the background", zap.Error(err))
-	}
-	c.log.Info("waiting for informer caches to sync")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("informer caches did not sync: %w", ctx.Err())
-	}
-	c.kserve.waitForSync(ctx)
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if err := c.kserve.discover(ctx); err != nil {
-			c.log.Debug("KServe discovery failed", zap.Error(err))
-		}
-	}, kserveDiscoveryPeriod)
-	c.ready.Store(true)
-	c.log.Info("informer caches synced")
-	return nil
-}
-
-// Ready reports whether the caches have synced.
-func (c *Controller) Ready() bool { return c.ready.Load() }
-
-// Run processes the queue with the configured number of workers until ctx ends. Call it only while
-// leading, after Start returned.
-func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	c.takeOver()
-	c.gauges.setLeading(true)
-	defer c.gauges.setLeading(false)
-	c.log.Info("starting workers", zap.Int("workers", c.opts.Workers), zap.Bool("dryRun", c.opts.DryRun))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c.runPredictions(ctx)
-	}()
-	for i := 0; i < c.opts.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.worker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-// takeOver is what a new leader does before its workers start. Every node and every Surge is
-// looked at once: this resumes or restores the surges a previous leader left. And every cached Surge
-// is verified first (see verifySurges), so that no node sync finds the capacity of a surge in
-// flight free.
-func (c *Controller) takeOver() {
-	c.verifySurges()
-	c.enqueueAll()
-}
-
-// verifySurges verifies every cached Surge; verify writes nothing (the syncs act). A Surge counts
-// (its slot, the capacity its replacements take) only once this process has verified it: a node
-// synced, or a prediction made, before the Surges would find their GPUs free and surge a second
-// workload onto capacity a surge in flight holds.
-func (c *Controller) verifySurges() {
-	for _, s := range c.surges.List() {
-		if _, _, err := c.verify(s); err != nil && !errors.Is(err, errTargetGone) {
-			c.log.Info("cannot verify a Surge yet; its sync retries", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
-		}
-	}
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	var after time.Duration
-	var err error
-	switch {
-	case k.Node != "":
-		after, err = c.syncNode(ctx, k.Node)
-	case k.Pool != "":
-		after, err = c.syncPool(ctx, k.Pool)
-	default:
-		after, err = c.syncSurge(ctx, k.Surge)
-	}
-	switch {
-	case errors.Is(err, errDryRun), errors.Is(err, errSurgeGone):
-		// A write the dry run refused (the decision was reported), or a Surge someone deleted first
-		// (they reported it): nothing more to do for this key until something changes.
-		c.queue.Forget(k)
-	case err != nil:
-		c.log.Info("sync failed, retrying", zap.Stringer("key", k), zap.Error(err), zap.Int("retries", c.queue.NumRequeues(k)))
-		c.queue.AddRateLimited(k)
-	case after > 0:
-		c.queue.Forget(k)
-		c.queue.AddAfter(k, after)
-	default:
-		c.queue.Forget(k)
-	}
-	return true
-}
-
-func (c *Controller) enqueueNode(name string) { c.queue.Add(key{Node: name}) }
-
-func (c *Controller) enqueueSurge(s *v1alpha1.Surge) { c.queue.Add(key{Surge: keyOf(s)}) }
-
-func (c *Controller) enqueuePool(name string) { c.queue.Add(key{Pool: name}) }
-
-// enqueueSurges queues the Surges that match.
-func (c *Controller) enqueueSurges(match func(*v1alpha1.Surge) bool) {
-	for _, s := range c.surgesMatching(match) {
-		c.enqueueSurge(s)
-	}
-}
-
-// enqueueAll queues every node, every pool and every Surge.
-func (c *Controller) enqueueAll() {
-	nodes, _ := c.nodes.List(labels.Everything())
-	for _, n := range nodes {
-		c.enqueueNode(n.Name)
-	}
-	if c.pools != nil {
-		pools, _ := c.pools.List(labels.Everything())
-		for _, p := range pools {
-			c.enqueuePool(p.Name)
-		}
-	}
-	c.enqueueSurges(func(*v1alpha1.Surge) bool { return true })
-}
-
-// handler adapts one callback to informer events, unwrapping deletion tombstones.
-func (c *Controller) handler(f func(obj any)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: f,
-		UpdateFunc: func(old, obj any) {
-			if changed(old, obj) {
-				f(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			f(obj)
-		},
-	}
 }

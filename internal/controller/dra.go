@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/dra"
 )
 
@@ -75,10 +75,10 @@ func allocated(obj any) bool {
 	return ok && claim.Status.Allocation != nil
 }
 
-// devices is the DRA side of the capacity ledger (see blocking.Devices), read from the caches now;
+// devices is the capacity source of DRA devices (see capacity.Devices), read from the caches now;
 // nil when the cluster serves no DRA or a cache cannot be listed (the ledger then counts node
 // allocatable only, as before DRA).
-func (c *Controller) devices() *blocking.Devices {
+func (c *Controller) devices() *capacity.Devices {
 	if c.dra == nil {
 		return nil
 	}
@@ -87,5 +87,5 @@ func (c *Controller) devices() *blocking.Devices {
 		c.log.Info("listing the DRA caches failed: devices are not counted", zap.Error(err))
 		return nil
 	}
-	return &blocking.Devices{Inventory: inv, Objects: *c.dra, UnknownFits: c.opts.DRAUnknownFits}
+	return &capacity.Devices{Inventory: inv, Objects: *c.dra, UnknownFits: c.opts.DRAUnknownFits}
 }

@@ -153,7 +153,7 @@ func readyElsewhere(pods []*podinfo.Pod, node string, groupSize int32) int32 {
 
 // podsOn returns the cached pods bound to the node.
 func (c *Controller) podsOn(node string) ([]*podinfo.Pod, error) {
-	objs, err := c.podIndexer.ByIndex(nodeNameIndex, node)
+	objs, err := c.pods.Indexer.ByIndex(nodeNameIndex, node)
 	if err != nil {
 		return nil, err
 	}

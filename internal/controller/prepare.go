@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
@@ -65,24 +63,9 @@ func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, 
 		return 0, nil
 	}
 	config := guardian.PendingConfig(pool)
-	if config == "" {
+	if after, nothing := c.nothingToPrepare(pool, config); nothing {
 		c.preparations.set(name, prepareCounts{}, c.metrics)
-		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
-			"Pool %s has no pending update (spec.configuration is status.configuration %s): nothing to prepare", name, pool.Status.Configuration.Name)
-		return 0, nil
-	}
-	if mco.PausedForMaintenance(pool) {
-		c.preparations.set(name, prepareCounts{}, c.metrics)
-		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
-			"Pool %s is paused by NVIDIA's maintenance operator (%s) while it maintains a node: its update to %s waits for the maintenance to end; nothing is prepared before then",
-			name, mco.MaintenancePausedAnnotation, config)
-		return prepareRecheck, nil
-	}
-	if ans := c.pendingAnswer(pool); ans.Need == mco.NeedNoDrain {
-		c.preparations.set(name, prepareCounts{}, c.metrics)
-		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
-			"Pool %s's update to %s is applied without cordon or drain (%s): nothing to prepare", name, config, ans)
-		return prepareRecheck, nil
+		return after, nil
 	}
 	nodes, err := c.observePrepare(pool, config)
 	if err != nil {
@@ -93,6 +76,30 @@ func (c *Controller) syncPool(ctx context.Context, name string) (time.Duration, 
 	c.preparations.set(name, counts, c.metrics)
 	c.reportPrepared(pool, config, counts)
 	return prepareRecheck, err
+}
+
+// nothingToPrepare reports, with its Event, a pool that has nothing to prepare for now: no pending
+// update, an update paused by the maintenance operator, or one applied without a drain; and when to
+// look at it again.
+func (c *Controller) nothingToPrepare(pool *mcfgv1.MachineConfigPool, config string) (time.Duration, bool) {
+	name := pool.Name
+	if config == "" {
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s has no pending update (spec.configuration is status.configuration %s): nothing to prepare", name, pool.Status.Configuration.Name)
+		return 0, true
+	}
+	if mco.PausedForMaintenance(pool) {
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s is paused by NVIDIA's maintenance operator (%s) while it maintains a node: its update to %s waits for the maintenance to end; nothing is prepared before then",
+			name, mco.MaintenancePausedAnnotation, config)
+		return prepareRecheck, true
+	}
+	if ans := c.pendingAnswer(pool); ans.Need == mco.NeedNoDrain {
+		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonNothingToPrepare,
+			"Pool %s's update to %s is applied without cordon or drain (%s): nothing to prepare", name, config, ans)
+		return prepareRecheck, true
+	}
+	return 0, false
 }
 
 // pendingAnswer is whether the pool's pending update drains its nodes still to update: known once
@@ -147,7 +154,7 @@ func (c *Controller) prepareInput(config string, nodes []*nodeObservation, capac
 	pools := c.newPoolLookup()
 	p := guardian.Prepare{
 		Config: config, PoolSelected: true, InFlight: view.count, InFlightByNamespace: view.byNamespace, Waiting: view.waiting,
-		Ledger:         guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices),
+		Ledger:         guardian.NewLazyLedger(c.capacityNow, c.booked(view)),
 		CapacityWanted: capacityWanted,
 		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
 	}
@@ -155,39 +162,6 @@ func (c *Controller) prepareInput(config string, nodes []*nodeObservation, capac
 		p.Nodes = append(p.Nodes, guardian.PrepareNode{Node: obs.node.Name, Stalls: obs.wave.Stalls})
 	}
 	return p
-}
-
-// prepareCounts are the pool's workloads that would stall its next update, by state; the notes of
-// those not prepared say why. A workload with a Surge is counted once, by its Surge's name.
-type prepareCounts struct {
-	byState map[string]int
-	notes   map[string][]string
-	surges  map[string]bool
-}
-
-func (pc *prepareCounts) add(state, note, surge string) {
-	if surge != "" {
-		if pc.surges[surge] {
-			return
-		}
-		if pc.surges == nil {
-			pc.surges = map[string]bool{}
-		}
-		pc.surges[surge] = true
-	}
-	if pc.byState == nil {
-		pc.byState = map[string]int{}
-		pc.notes = map[string][]string{}
-	}
-	pc.byState[state]++
-	if note != "" {
-		pc.notes[state] = append(pc.notes[state], note)
-	}
-}
-
-// why says what the workloads not prepared wait for: the waiting ones first, then the unresolvable.
-func (pc *prepareCounts) why() string {
-	return strings.Join(append(append([]string{}, pc.notes[metrics.PreparedWaiting]...), pc.notes[metrics.PreparedUnresolvable]...), "; ")
 }
 
 // addPreparedSurges counts the pool's Prepared Surges (those its workloads no longer block with) and
@@ -261,7 +235,7 @@ func (c *Controller) applyPrepared(ctx context.Context, obs *nodeObservation, j 
 		if start.err == nil {
 			c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 				"Surging %s ahead of the update of pool %s, so that node %s drains without waiting for pod %s (Surge %s)",
-				describeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
+				guardian.DescribeFields(d.Fields), obs.pool, obs.node.Name, st.Pod.Name, start.surge.Name)
 			c.enqueueSurge(start.surge)
 		}
 	case guardian.OutcomeCovered:
@@ -335,91 +309,4 @@ func (c *Controller) predictPrepare(pool *mcfgv1.MachineConfigPool, capacityWant
 	}
 	c.addPreparedSurges(&counts, pool.Name)
 	return counts, nil
-}
-
-// reportPrepared records the pool's readiness Event: PoolPrepared once every workload that would
-// stall its update is prepared, PoolPreparing while some are being prepared, else PoolPartlyPrepared;
-// with the counts and what waits.
-func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config string, pc prepareCounts) {
-	total := 0
-	for _, n := range pc.byState {
-		total += n
-	}
-	ready := pc.byState[metrics.PreparedReady]
-	if ready == total {
-		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonPoolPrepared,
-			"Pool %s is prepared for %s: %d of %d workloads that would stall its update have a Ready extra replica", pool.Name, config, ready, total)
-		return
-	}
-	eventType := corev1.EventTypeNormal
-	if pc.byState[metrics.PreparedUnresolvable] > 0 {
-		eventType = corev1.EventTypeWarning
-	}
-	if pc.byState[metrics.PreparedStarting] == 0 {
-		c.reportPrepare(pool, eventType, ReasonPoolPartlyPrepared,
-			"Pool %s is prepared for %s as far as it can be now: %d of %d workloads that would stall its update prepared, %d waiting, %d unresolvable: %s",
-			pool.Name, config, ready, total, pc.byState[metrics.PreparedWaiting], pc.byState[metrics.PreparedUnresolvable], pc.why())
-		return
-	}
-	c.reportPrepare(pool, eventType, ReasonPoolPreparing,
-		"Pool %s prepares for %s: %d of %d workloads that would stall its update prepared, %d preparing, %d waiting, %d unresolvable: %s",
-		pool.Name, config, ready, total, pc.byState[metrics.PreparedStarting], pc.byState[metrics.PreparedWaiting],
-		pc.byState[metrics.PreparedUnresolvable], pc.why())
-}
-
-// reportPrepare records an Event on the pool when its note differs from the last one recorded.
-func (c *Controller) reportPrepare(pool *mcfgv1.MachineConfigPool, eventType, reason, format string, args ...any) {
-	note := fmt.Sprintf(format, args...)
-	if !c.preparations.changed(pool.Name, reason+note) {
-		return
-	}
-	ref := &corev1.ObjectReference{APIVersion: mcfgv1.GroupVersion.String(), Kind: "MachineConfigPool", Name: pool.Name, UID: pool.UID}
-	c.event(ref, eventType, reason, actionPrepare, "%s", note)
-}
-
-// preparations remembers, per pool being prepared, the last Event recorded and the states gauged,
-// so that an unchanged pool records nothing and a pool no longer prepared loses its series.
-type preparations struct {
-	mu     sync.Mutex
-	last   map[string]string
-	gauged map[string]bool
-}
-
-// changed records note as the pool's last and reports whether it differs from the one before.
-func (p *preparations) changed(pool, note string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.last == nil {
-		p.last = map[string]string{}
-	}
-	if p.last[pool] == note {
-		return false
-	}
-	p.last[pool] = note
-	return true
-}
-
-// set exports the pool's counts, every state included, so that a state emptied reads 0.
-func (p *preparations) set(pool string, pc prepareCounts, m *metrics.Metrics) {
-	p.mu.Lock()
-	if p.gauged == nil {
-		p.gauged = map[string]bool{}
-	}
-	p.gauged[pool] = true
-	p.mu.Unlock()
-	for _, s := range metrics.PreparedStates() {
-		m.PreparedWorkloads.WithLabelValues(pool, s).Set(float64(pc.byState[s]))
-	}
-}
-
-// forget drops a pool no longer prepared: its series and its last Event.
-func (p *preparations) forget(pool string, m *metrics.Metrics) {
-	p.mu.Lock()
-	gauged := p.gauged[pool]
-	delete(p.gauged, pool)
-	delete(p.last, pool)
-	p.mu.Unlock()
-	if gauged {
-		m.PreparedWorkloads.DeletePartialMatch(map[string]string{"pool": pool})
-	}
 }

@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
@@ -21,141 +16,86 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
-// startRestore commits to restoring: the surplus pods on nodes still to update are marked to go
-// first, then the Surge moves to Restoring with its reason.
-func (c *Controller) startRestore(ctx context.Context, sc *surgeCase, a guardian.Action, now time.Time) error {
+// steerRestore readies the scale-down of a restore about to start (see steerScaleDown). A Pending
+// Surge wrote no fields: there is no scale-down to steer.
+func (c *Controller) steerRestore(ctx context.Context, sc *surgeCase) error {
 	s := sc.s
-	// A Pending Surge wrote no fields: there is no scale-down to steer.
-	if s.Spec.PodOwner.Kind == string(workload.KindDeployment) && s.PhaseOf() != v1alpha1.PhasePending {
-		if err := c.steerScaleDown(ctx, s, sc.pods); err != nil {
-			return err
-		}
+	if s.Spec.PodOwner.Kind != string(workload.KindDeployment) || s.PhaseOf() == v1alpha1.PhasePending {
+		return nil
 	}
-	if a.Reason == guardian.ReasonPredictionMissed && guardian.Trigger(s.Spec.Trigger) == guardian.TriggerMCOPredicted {
-		c.metrics.Lookahead.WithLabelValues(lookaheadMissed).Inc()
-	}
-	if s.Status.ResolvedTime != nil {
-		c.metrics.SurgeHeld.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind).Observe(now.Sub(s.Status.ResolvedTime.Time).Seconds())
-	}
-	next := s.DeepCopy()
-	t := metav1.NewTime(now)
-	next.Status.Phase, next.Status.Reason, next.Status.Failed, next.Status.RestoreTime = v1alpha1.PhaseRestoring, a.Reason, a.Failed, &t
-	next.Status.Message = "Restoring " + describeRestore(s.Spec.Fields, nil) + " (" + a.Reason + ")"
-	if a.Detail != "" {
-		next.Status.Message += ": " + a.Detail
-	}
-	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: "Restoring", Status: metav1.ConditionTrue, Reason: a.Reason, Message: next.Status.Message, LastTransitionTime: t, ObservedGeneration: s.Generation})
-	return c.exec.updateStatus(ctx, next)
+	return c.steerScaleDown(ctx, s, sc.pods)
 }
 
-// finish ends a restore: a successful surge's Surge is deleted; a failed one's is kept as Failed,
-// the memory that this drain of this node was tried.
-func (c *Controller) finish(ctx context.Context, sc *surgeCase, obs guardian.Observation) error {
-	s, obj := sc.s, sc.obj
-	if s.PhaseOf() == v1alpha1.PhasePending {
-		c.log.Info("stall ended before the surge was written; dropping the Surge", zap.String("surge", s.Namespace+"/"+s.Name))
-		return c.exec.deleteSurge(ctx, s)
-	}
-	var kept []workload.Field
-	for i, f := range s.Spec.Fields {
-		if obs.Fields[i] == workload.FieldChanged {
-			kept = append(kept, f)
-		}
-	}
-	var err error
-	if s.Status.Failed {
-		err = c.setPhase(ctx, s, v1alpha1.PhaseFailed, s.Status.Reason, fmt.Sprintf("Surge for node %s failed (%s); restored %s", s.Spec.Node, s.Status.Reason, describeRestore(s.Spec.Fields, kept)), obs.Now)
-	} else {
-		err = c.exec.deleteSurge(ctx, s)
-	}
-	if err != nil {
-		return err
-	}
-	c.reportRestored(s, obj, kept, obs)
-	return nil
-}
+// restored is what a restore put back, for its Events.
+func restored(o *outcome) string { return guardian.DescribeRestore(o.s.Spec.Fields, o.step.Kept) }
 
-// reportRestored tells the story of a finished restore in Events and metrics.
-func (c *Controller) reportRestored(s *v1alpha1.Surge, obj *workload.Object, kept []workload.Field, obs guardian.Observation) {
-	eref := obj.ObjectReference()
-	kind, reason := s.Spec.Target.Kind, s.Status.Reason
-	for _, f := range kept {
-		cur, present := obj.Int(f.Path)
+// recordRestored tells about each field someone else changed during the surge, which the restore
+// kept, and counts the stall resolved if its node emptied without the Surge seeing it Resolved.
+func recordRestored(c *Controller, o *outcome) {
+	s := o.s
+	for _, f := range o.step.Kept {
+		cur, present := o.obj.Int(f.Path)
 		now := "unset"
 		if present {
 			now = fmt.Sprint(cur)
 		}
-		c.event(eref, corev1.EventTypeNormal, ReasonExternalChange, actionRestore,
+		c.event(o.regarding(), corev1.EventTypeNormal, ReasonExternalChange, actionRestore,
 			"%s was changed by someone else during the surge (the guardian set %d, it is now %s): keeping their value",
-			fieldName(f.Path), f.Set, now)
+			guardian.FieldName(f.Path), f.Set, now)
 	}
-	if s.Status.ReadyTime != nil && s.Status.ResolvedTime == nil && obs.LiveOnNode == 0 {
-		c.observeResolved(s, kind, obs.Now)
-	}
-	switch {
-	case s.Status.Failed && reason == guardian.ReasonMaxDuration:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonSurgeExpired, actionRestore,
-			"Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, describeRestore(s.Spec.Fields, kept))
-	case s.Status.Failed && reason == guardian.ReasonWriteTimeout:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonSurgeNotWritten, actionRestore,
-			"%s could not be written for %s (refused, or changed by someone else at every attempt): not surging for node %s; pod %s still blocks the drain",
-			describeFields(s.Spec.Fields), guardian.PendingTimeout, s.Spec.Node, s.Spec.BlockedPod)
-	case s.Status.Failed && reason == guardian.ReasonEvictTimeout:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonEvictionRefused, actionRestore,
-			"Pod %s did not leave node %s within --evict-timeout=%s of its replacement being Ready: the workload's own disruption budgets refuse it. Restored %s",
-			s.Spec.BlockedPod, s.Spec.Node, c.cfg.EvictTimeout, describeRestore(s.Spec.Fields, kept))
-	case s.Status.Failed && reason == guardian.ReasonReplacementRefused:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonReplacementRefused, actionRestore,
-			"The replacement pod(s) were refused for %s (%s). Restored %s; pod %s still blocks the drain of node %s",
-			guardian.ReplacementRefusedTimeout, restoreDetail(s), describeRestore(s.Spec.Fields, kept), s.Spec.BlockedPod, s.Spec.Node)
-		c.enqueueNode(s.Spec.Node)
-	case s.Status.Failed && reason == guardian.ReasonMultiplePDBs:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonMultiplePDBs, actionRestore,
-			"Pod %s cannot be evicted from node %s although PDB %s allows it: %s, and the Eviction API refuses a pod that two PDBs select. Restored %s",
-			s.Spec.BlockedPod, s.Spec.Node, s.Spec.PDB, restoreDetail(s), describeRestore(s.Spec.Fields, kept))
-		c.enqueueNode(s.Spec.Node)
-	case s.Status.Failed:
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, kind, reason).Inc()
-		c.event(eref, corev1.EventTypeWarning, ReasonSurgeFailed, actionRestore,
-			"Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", s.Spec.Node, reason, describeRestore(s.Spec.Fields, kept), s.Spec.BlockedPod)
-	default:
-		c.event(eref, corev1.EventTypeNormal, ReasonSurgeRestored, actionRestore,
-			"Restored %s (%s) after %s", describeRestore(s.Spec.Fields, kept), reason, obs.Now.Sub(s.Spec.StartTime.Time).Round(time.Second))
+	if s.Status.ReadyTime != nil && s.Status.ResolvedTime == nil && o.obs.LiveOnNode == 0 {
+		c.observeResolved(s, o.obs.Now)
 	}
 }
 
-// restoreDetail is what the decision to restore observed (guardian.Action.Detail), kept in the
-// Restoring condition's message after the reason.
-func restoreDetail(s *v1alpha1.Surge) string {
-	c := meta.FindStatusCondition(s.Status.Conditions, "Restoring")
-	if c == nil {
-		return s.Status.Reason
-	}
-	if _, detail, ok := strings.Cut(c.Message, "("+s.Status.Reason+"): "); ok {
-		return detail
-	}
-	return s.Status.Reason
+// recordFailed is recordRestored for a surge that did not help, counted as a failed stall.
+func recordFailed(c *Controller, o *outcome) {
+	recordRestored(c, o)
+	c.metrics.StallsFailed.WithLabelValues(o.s.Spec.Pool, o.s.Spec.Target.Kind, o.s.Status.Reason).Inc()
 }
 
-func describeRestore(fields, kept []workload.Field) string {
-	parts := make([]string, 0, len(fields))
-	for _, f := range fields {
-		if slices.ContainsFunc(kept, func(k workload.Field) bool { return k.Path == f.Path }) {
-			parts = append(parts, fmt.Sprintf("%s kept as changed by someone else", fieldName(f.Path)))
-			continue
-		}
-		to := "unset"
-		if f.Original != nil {
-			to = fmt.Sprint(*f.Original)
-		}
-		parts = append(parts, fmt.Sprintf("%s to %s", fieldName(f.Path), to))
-	}
-	return strings.Join(parts, ", ")
+// recordFailedAgain is recordFailed for a failure the stall decision reports anew once the Surge is
+// Failed (the refused replacement, the second PDB): the node's stalls are looked at again now.
+func recordFailedAgain(c *Controller, o *outcome) {
+	recordFailed(c, o)
+	c.enqueueNode(o.s.Spec.Node)
+}
+
+func noteRestored(_ *Controller, o *outcome) string {
+	return fmt.Sprintf("Restored %s (%s) after %s", restored(o), o.s.Status.Reason, o.obs.Now.Sub(o.s.Spec.StartTime.Time).Round(time.Second))
+}
+
+func noteFailed(_ *Controller, o *outcome) string {
+	s := o.s
+	return fmt.Sprintf("Surge for node %s failed (%s): restored %s; pod %s still blocks the drain", s.Spec.Node, s.Status.Reason, restored(o), s.Spec.BlockedPod)
+}
+
+func noteExpired(c *Controller, o *outcome) string {
+	return fmt.Sprintf("Surge held longer than --max-surge-duration=%s: restored %s", c.opts.MaxSurgeDuration, restored(o))
+}
+
+func noteNotWritten(_ *Controller, o *outcome) string {
+	s := o.s
+	return fmt.Sprintf("%s could not be written for %s (refused, or changed by someone else at every attempt): not surging for node %s; pod %s still blocks the drain",
+		guardian.DescribeFields(s.Spec.Fields), guardian.PendingTimeout, s.Spec.Node, s.Spec.BlockedPod)
+}
+
+func noteEvictTimeout(c *Controller, o *outcome) string {
+	s := o.s
+	return fmt.Sprintf("Pod %s did not leave node %s within --evict-timeout=%s of its replacement being Ready: the workload's own disruption budgets refuse it. Restored %s",
+		s.Spec.BlockedPod, s.Spec.Node, c.cfg.EvictTimeout, restored(o))
+}
+
+func noteRefused(_ *Controller, o *outcome) string {
+	s := o.s
+	return fmt.Sprintf("The replacement pod(s) were refused for %s (%s). Restored %s; pod %s still blocks the drain of node %s",
+		guardian.ReplacementRefusedTimeout, guardian.RestoreDetail(s), restored(o), s.Spec.BlockedPod, s.Spec.Node)
+}
+
+func noteMultiplePDBs(_ *Controller, o *outcome) string {
+	s := o.s
+	return fmt.Sprintf("Pod %s cannot be evicted from node %s although PDB %s allows it: %s, and the Eviction API refuses a pod that two PDBs select. Restored %s",
+		s.Spec.BlockedPod, s.Spec.Node, s.Spec.PDB, guardian.RestoreDetail(s), restored(o))
 }
 
 // steerScaleDown sets a low pod-deletion-cost on the surplus pods that sit on nodes still to update

@@ -6,12 +6,13 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
@@ -26,23 +27,14 @@ func (c *Controller) stallConfig() guardian.StallConfig {
 	}
 }
 
-// observeStalls reads, once, what the stall decision needs about the node's blocked pods. Owners of
-// pods outside the guardian's scope are not read; several pods of one workload are read once.
+// observeStalls reads, once, what the stall decision needs about the node's blocked pods (see
+// guardian.ObserveStalls), and the room of a look-ahead surge.
 func (c *Controller) observeStalls(obs *nodeObservation) error {
 	blocked, err := c.blockedOn(obs.node.Name)
 	if err != nil {
 		return err
 	}
-	cfg := c.stallConfig()
-	seen := map[types.UID]guardian.Stall{}
-	for _, b := range blocked {
-		st := guardian.Stall{Blocked: b}
-		st.Namespace, _ = c.namespaces.Get(b.Pod.Namespace)
-		if r, _ := guardian.Scope(cfg, true, st.Namespace, b.Pod.Namespace); r == guardian.StallNone {
-			c.observeStall(&st, seen)
-		}
-		obs.wave.Stalls = append(obs.wave.Stalls, st)
-	}
+	obs.wave.Stalls = append(obs.wave.Stalls, guardian.ObserveStalls(c.stallConfig(), true, blocked, stallReader{c})...)
 	switch {
 	case guardian.FromSource(obs.wave.Drain.Trigger) && obs.wave.Drain.Predicted:
 		obs.wave.Lookahead = c.sourceLookaheadRoom(obs.wave.Drain.Trigger, obs.pool)
@@ -52,27 +44,30 @@ func (c *Controller) observeStalls(obs *nodeObservation) error {
 	return nil
 }
 
-// observeStall reads the stall's PDB status lag, owner and existing Surge; seen holds what was read
-// for the workload's earlier pods.
-func (c *Controller) observeStall(st *guardian.Stall, seen map[types.UID]guardian.Stall) {
-	var owner types.UID
-	if ref := metav1.GetControllerOf(st.Pod); ref != nil {
-		owner = ref.UID
-	}
-	if prev, ok := seen[owner]; ok && owner != "" {
-		st.PDBStatusBehind, st.Owner, st.Existing, st.Group = prev.PDBStatusBehind, prev.Owner, prev.Existing, prev.Group
-		return
-	}
-	st.PDBStatusBehind = !st.MultiplePDBs && c.pdbStatusBehind(st.PDB)
-	st.Owner = workload.Observe(c.store, st.Pod)
-	if st.Owner.Err == nil {
-		st.Existing = c.surgeOf(st.Owner.Target)
-		if st.Owner.PodOwner.GroupSize > 0 {
-			pods, _ := c.podsOf(st.Pod.Namespace, st.Owner.Target.PodOwner.Kind, st.Owner.PodOwner)
-			st.Group = guardian.GroupOf(st.Owner, st.Pod, pods)
-		}
-	}
-	seen[owner] = *st
+// stallReader answers guardian.ObserveStalls from the daemon's listers and workload store.
+type stallReader struct{ c *Controller }
+
+// Namespace is the namespace from the lister; nil when it cannot be read.
+func (r stallReader) Namespace(name string) *corev1.Namespace {
+	ns, _ := r.c.namespaces.Get(name)
+	return ns
+}
+
+// Owner reads the pod's owner chain from the workload store.
+func (r stallReader) Owner(pod *podinfo.Pod) guardian.Owner { return workload.Observe(r.c.store, pod) }
+
+// Surge is the target's cached Surge, of any phase.
+func (r stallReader) Surge(t *workload.Target) *v1alpha1.Surge { return r.c.surgeOf(t) }
+
+// GroupPods are the pods the owner's pod owner selects and owns.
+func (r stallReader) GroupPods(pod *podinfo.Pod, o guardian.Owner) []*podinfo.Pod {
+	pods, _ := r.c.podsOf(pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner)
+	return pods
+}
+
+// PDBStatusBehind compares the PDB's status with the pods in the cache.
+func (r stallReader) PDBStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
+	return r.c.pdbStatusBehind(pdb)
 }
 
 // lookaheadRoom is what a look-ahead surge of the pool may use (see guardian.Lookahead); nil when
@@ -114,7 +109,7 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 		for i := range wave.Stalls {
 			wave.Stalls[i].WaitingSince = c.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
 		}
-		wave.Ledger = guardian.NewLazyLedger(c.candidates, c.booked(view)).WithDevices(c.devices)
+		wave.Ledger = guardian.NewLazyLedger(c.capacityNow, c.booked(view))
 		decisions = guardian.DecideStalls(c.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {
@@ -185,13 +180,19 @@ func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podi
 	return blocking.Replacements(pods, (int64(s.Spec.Replicas)+int64(s.Spec.Delta))*per, int32(int64(s.Spec.Delta)*per), guardian.Replacement)
 }
 
+// capacityNow is what every node can take as the capacity sources count it, read from the caches now:
+// node allocatable and, when the cluster serves Dynamic Resource Allocation, its devices.
+func (c *Controller) capacityNow() *capacity.Capacity {
+	return capacity.New(c.candidates(), capacity.Standard(c.devices())...)
+}
+
 // candidates lists every node with its pods and what they request, for the capacity ledger.
-func (c *Controller) candidates() []blocking.Candidate {
+func (c *Controller) candidates() []capacity.Candidate {
 	nodes, _ := c.nodes.List(labels.Everything())
-	out := make([]blocking.Candidate, 0, len(nodes))
+	out := make([]capacity.Candidate, 0, len(nodes))
 	for _, n := range nodes {
 		pods, _ := c.podsOn(n.Name)
-		out = append(out, blocking.Candidate{Node: n, Pods: pods, Used: blocking.UsedBy(pods)})
+		out = append(out, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
 	}
 	return out
 }

@@ -218,19 +218,6 @@ func ordinal(p *podinfo.Pod) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// groups reports whether the Surge's replicas are groups of pods (a LeaderWorkerSet's).
-func groups(s *v1alpha1.Surge) bool {
-	return s.Spec.PodOwner.Kind == string(workload.KindLeaderWorkerSet)
-}
-
-// unitsOf names what the Surge's replicas are, for its Events.
-func unitsOf(s *v1alpha1.Surge) string {
-	if groups(s) {
-		return "group(s)"
-	}
-	return "replica(s)"
-}
-
 // heldResources is what the surge's extra replicas request of extended resources (GPUs and the like).
 // A finished pod requests nothing the scheduler counts: the first live pod is the model.
 func heldResources(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) corev1.ResourceList {
@@ -271,9 +258,4 @@ func observePods(obs *guardian.Observation, pods []*podinfo.Pod, node string, gr
 			}
 		}
 	}
-}
-
-func (c *Controller) observeResolved(s *v1alpha1.Surge, kind string, now time.Time) {
-	c.metrics.StallsResolved.WithLabelValues(s.Spec.Pool, kind).Inc()
-	c.metrics.StallResolution.WithLabelValues(s.Spec.Pool, kind).Observe(now.Sub(s.Spec.StartTime.Time).Seconds())
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -92,7 +93,7 @@ func TestSlimKeepsWhatDecisionsRead(t *testing.T) {
 	tainted.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}
 	wrongLabel := gpuNode("w3")
 	// The node selector keeps w3 out; the toleration lets w2 in.
-	if node, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: wrongLabel}, {Node: tainted}}); node != "w2" || !ok {
+	if node, ok := capacity.New([]capacity.Candidate{{Node: wrongLabel}, {Node: tainted}}, capacity.Standard(nil)...).FitsElsewhere(p); node != "w2" || !ok {
 		t.Errorf("FitsElsewhere = %q %v, want w2 (node selector and toleration kept)", node, ok)
 	}
 	// Anti-affinity: a node already running a pod of the model is no place for its replacement.
@@ -100,7 +101,7 @@ func TestSlimKeepsWhatDecisionsRead(t *testing.T) {
 	withTwin.Labels["gpu"] = "a100"
 	twin := richPod()
 	twin.Spec.NodeName = "w4"
-	if _, ok := blocking.FitsElsewhere(p, []blocking.Candidate{{Node: withTwin, Pods: []*podinfo.Pod{podinfo.From(twin)}}}); ok {
+	if _, ok := capacity.New([]capacity.Candidate{{Node: withTwin, Pods: []*podinfo.Pod{podinfo.From(twin)}}}, capacity.Standard(nil)...).FitsElsewhere(p); ok {
 		t.Error("the slimmed pod lost its anti-affinity")
 	}
 	if p.Annotations[podinfo.DeletionCostAnnotation] != "-1000" {

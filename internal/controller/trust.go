@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -11,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
-	"github.com/drain-guardian/drain-guardian/internal/guardian"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
 
@@ -108,17 +106,3 @@ func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
 
 // errTargetGone: verify found the Surge's target deleted, its API served and synced (see targetGone).
 var errTargetGone = errors.New("the Surge's target is gone")
-
-// targetGone handles a Surge whose target was deleted (its API served and synced): the garbage
-// collector removes the Surge with its owner; delete it now and say so.
-func (c *Controller) targetGone(ctx context.Context, s *v1alpha1.Surge) error {
-	if err := c.exec.deleteSurge(ctx, s); err != nil {
-		return err
-	}
-	if s.PhaseOf() != v1alpha1.PhaseFailed {
-		c.metrics.StallsFailed.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind, guardian.ReasonPodOwnerGone).Inc()
-		c.event(targetOf(s).Ref.ObjectReference(), corev1.EventTypeWarning, ReasonWorkloadDeleted, actionRestore,
-			"%s %s was deleted during its surge for node %s: nothing is left to restore", s.Spec.Target.Kind, s.Spec.Target.Name, s.Spec.Node)
-	}
-	return nil
-}

@@ -302,7 +302,7 @@ func (inv *Inventory) Take(node *corev1.Node, need Need, unknown bool) Result {
 // Clone returns an inventory that books apart from inv: what either Takes afterwards the other does
 // not see. The devices and the selectors' verdicts are shared (the clone costs a bit per device),
 // so inv and its clones must not be used concurrently. A caller that places the same replacements
-// again on every check (blocking.Fit starts over each time) takes them on a clone of one inventory.
+// again on every check (capacity.Capacity.Fit starts over each time) takes them on a clone of one inventory.
 func (inv *Inventory) Clone() *Inventory {
 	c := *inv
 	c.taken = append([]bool(nil), inv.taken...)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -55,7 +56,7 @@ func newGroupCluster(extra ...*podinfo.Pod) *groupCluster {
 		Spec:   policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(2))},
 		Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 2, DesiredHealthy: 2, ExpectedPods: 2}}
 	pods := append([]*podinfo.Pod{c.leader, c.worker}, extra...)
-	var cands []blocking.Candidate
+	var cands []capacity.Candidate
 	for _, name := range []string{"w1", "w2", "w3", "w4"} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
@@ -66,9 +67,9 @@ func newGroupCluster(extra ...*podinfo.Pod) *groupCluster {
 				on = append(on, p)
 			}
 		}
-		cands = append(cands, blocking.Candidate{Node: n, Pods: on})
+		cands = append(cands, capacity.Candidate{Node: n, Pods: on})
 	}
-	c.ledger = NewLedger(cands, nil)
+	c.ledger = NewLedger(capacity.New(cands, capacity.Standard(nil)...), nil)
 	return c
 }
 

@@ -2,8 +2,9 @@
 // drained (NodeTrigger), what to do about each pod that blocks a drain (DecideStalls, stall.go, booking
 // surges in a capacity Ledger; the daemon and `drain-guardian check` both call it), and what to do next
 // for one Surge (the lifecycle state machine, lifecycle.go). The controller gathers the observations
-// from its listers and carries out the decisions through one executor; nothing here reads or writes
-// the API.
+// from its listers (a node's stalls through ObserveStalls, observe.go, over a StallReader that `check`
+// answers from its snapshot) and carries out the decisions through one executor; nothing here reads
+// or writes the API.
 package guardian
 
 import (

@@ -62,7 +62,7 @@ func TestDecidePrepare(t *testing.T) {
 			want: "w3:defer w1:defer w2:defer", detail: "a stall waits for capacity"},
 		// Another pool's stall, surged a moment ago, has its replacement still to place: it comes first.
 		{name: "stalls' pending replacements come first", spare: 3, mutate: func(f *fixture, p *Prepare) {
-			p.Ledger = NewLedger(p.Ledger.nodes(), []*podinfo.Pod{Replacement(f.pods["llama-a"])})
+			p.Ledger = NewLedger(p.Ledger.room(), []*podinfo.Pod{Replacement(f.pods["llama-a"])})
 		}, want: "w3:surge w1:surge w2:defer"},
 		// No node the update will not drain has room: a node of the pool with a free GPU serves, the
 		// drain of that node then goes as for a two-replica model.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -94,8 +95,8 @@ type Stall struct {
 }
 
 // GroupOf returns the group a surge of the stall's workload adds when its pod owner runs groups
-// (workload.PodOwnerState.GroupSize), from the workload's pods; nil otherwise. The controller and
-// `check` both call it, so that they count capacity alike.
+// (workload.PodOwnerState.GroupSize), from the workload's pods; nil otherwise. ObserveStalls calls it
+// for the controller and `check` alike, so that they count capacity alike.
 func GroupOf(o Owner, blocked *podinfo.Pod, pods []*podinfo.Pod) *blocking.Group {
 	if o.Err != nil || o.PodOwner == nil || o.PodOwner.GroupSize < 1 {
 		return nil
@@ -451,7 +452,7 @@ func slot(cfg StallConfig, w *Wave, st *Stall, d Decision) Decision {
 
 // deviceReasons says why DRA devices were not counted for the replacements, if they were not for a
 // reason other than their number.
-func deviceReasons(short blocking.Shortfall) string {
+func deviceReasons(short capacity.Shortfall) string {
 	var out string
 	if short.Refused != "" {
 		out += "; " + short.Refused
@@ -476,14 +477,14 @@ func lookaheadFits(w *Wave, st *Stall, delta int) bool {
 
 // describeShort says how many of the delta replacements fit nowhere and what they miss: pods, or for
 // a multi-node workload whole groups ("missing 2 nodes with 8 nvidia.com/gpu each").
-func describeShort(st *Stall, placed, delta int, short blocking.Shortfall, where string) string {
+func describeShort(st *Stall, placed, delta int, short capacity.Shortfall, where string) string {
 	if st.Group == nil {
 		return fmt.Sprintf("%d of %d replacement(s) fit on no %s node: missing %s",
-			delta-placed, delta, where, blocking.DescribeResources(short.Resources))
+			delta-placed, delta, where, capacity.DescribeResources(short.Resources))
 	}
-	nodes := "1 node with " + blocking.DescribeResources(short.PerNode)
+	nodes := "1 node with " + capacity.DescribeResources(short.PerNode)
 	if short.Nodes != 1 {
-		nodes = fmt.Sprintf("%d nodes with %s each", short.Nodes, blocking.DescribeResources(short.PerNode))
+		nodes = fmt.Sprintf("%d nodes with %s each", short.Nodes, capacity.DescribeResources(short.PerNode))
 	}
 	out := fmt.Sprintf("%d of %d group(s) of %d pods fit on no %s nodes (a group is placed whole or not at all): missing %s",
 		delta-placed, delta, len(st.Group.Pods), where, nodes)

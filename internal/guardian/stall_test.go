@@ -23,6 +23,7 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/blocking"
+	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/podinfo"
 	"github.com/drain-guardian/drain-guardian/internal/workload"
 )
@@ -113,7 +114,7 @@ func (f *fixture) stall(pod, pdb string) Stall {
 }
 
 func (f *fixture) ledger() *Ledger {
-	var cands []blocking.Candidate
+	var cands []capacity.Candidate
 	for _, n := range f.nodes {
 		var on []*podinfo.Pod
 		for _, p := range f.pods {
@@ -121,9 +122,9 @@ func (f *fixture) ledger() *Ledger {
 				on = append(on, p)
 			}
 		}
-		cands = append(cands, blocking.Candidate{Node: n, Pods: on})
+		cands = append(cands, capacity.Candidate{Node: n, Pods: on})
 	}
-	return NewLedger(cands, nil)
+	return NewLedger(capacity.New(cands, capacity.Standard(nil)...), nil)
 }
 
 func (f *fixture) wave(stalls ...Stall) Wave {

@@ -1,4 +1,4 @@
-package blocking
+package capacity
 
 import (
 	"testing"
@@ -181,7 +181,7 @@ func TestFitsElsewhere(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := FitsElsewhere(podinfo.From(tt.pod), candidates(tt.candidates))
+			got, ok := New(candidates(tt.candidates), Standard(nil)...).FitsElsewhere(podinfo.From(tt.pod))
 			if ok != (tt.want != "") || got != tt.want {
 				t.Errorf("FitsElsewhere() = (%q, %v), want (%q, %v)", got, ok, tt.want, tt.want != "")
 			}
@@ -387,7 +387,7 @@ func TestFit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cands := candidates(tt.candidates)
 			before := podCounts(cands)
-			placed, short := Fit(podinfo.From(tt.pod), tt.n, infos(tt.pending...), cands, nil)
+			placed, short := New(cands, Standard(nil)...).Fit(podinfo.From(tt.pod), tt.n, infos(tt.pending...))
 			missing := short.Resources
 			if placed != tt.wantPlaced {
 				t.Errorf("Fit() placed %d, want %d", placed, tt.wantPlaced)
@@ -419,8 +419,8 @@ func TestFitDoesNotModifyCandidates(t *testing.T) {
 	pods := make([]*podinfo.Pod, 0, 8)
 	pods = append(pods, podinfo.From(gpuPod("other", "node-b", 1)))
 	candidates := []Candidate{{Node: readyNode("node-b", 3), Pods: pods}}
-	first, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates, nil)
-	second, _ := Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil, candidates, nil)
+	first, _ := New(candidates, Standard(nil)...).Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil)
+	second, _ := New(candidates, Standard(nil)...).Fit(podinfo.From(gpuPod("blocked", "node-a", 1)), 2, nil)
 	if first != 2 || second != 2 {
 		t.Errorf("Fit() placed %d then %d on the same candidates, want 2 both times", first, second)
 	}

@@ -1,4 +1,4 @@
-package blocking
+package capacity
 
 import (
 	"testing"
@@ -55,14 +55,14 @@ func TestFitBooksDevices(t *testing.T) {
 	devs := oneGPUPerNode(false, "node-b", "node-c")
 	cands := candidates([]cand{{Node: readyNode("node-b", 0)}, {Node: readyNode("node-c", 0)}})
 	pending := []*podinfo.Pod{claimPod("pending", "")}
-	placed, short := Fit(claimPod("blocked", "node-a"), 2, pending, cands, devs)
+	placed, short := New(cands, Standard(devs)...).Fit(claimPod("blocked", "node-a"), 2, pending)
 	if placed != 1 {
 		t.Fatalf("placed %d, want 1 (two devices, one booked by the pending replacement)", placed)
 	}
 	if got, want := DescribeResources(short.Resources), "1 device of class gpu, 1 cpu"; got != want {
 		t.Errorf("missing %q, want %q", got, want)
 	}
-	if again, _ := Fit(claimPod("blocked", "node-a"), 1, nil, cands, devs); again != 1 {
+	if again, _ := New(cands, Standard(devs)...).Fit(claimPod("blocked", "node-a"), 1, nil); again != 1 {
 		t.Errorf("a second Fit placed %d, want 1: the first one's bookings leaked", again)
 	}
 }
@@ -72,10 +72,10 @@ func TestFitBooksDevices(t *testing.T) {
 func TestFitCountsExtendedResourcesServedByDevices(t *testing.T) {
 	cands := candidates([]cand{{Node: readyNode("node-b", 0)}})
 	pod := podinfo.From(gpuPod("blocked", "node-a", 1))
-	if placed, _ := Fit(pod, 1, nil, cands, oneGPUPerNode(true, "node-b")); placed != 1 {
+	if placed, _ := New(cands, Standard(oneGPUPerNode(true, "node-b"))...).Fit(pod, 1, nil); placed != 1 {
 		t.Errorf("placed %d with nvidia.com/gpu mapped to a DeviceClass, want 1", placed)
 	}
-	placed, short := Fit(pod, 1, nil, cands, oneGPUPerNode(false, "node-b"))
+	placed, short := New(cands, Standard(oneGPUPerNode(false, "node-b"))...).Fit(pod, 1, nil)
 	if q := short.Resources[gpu]; placed != 0 || !q.Equal(resource.MustParse("1")) {
 		t.Errorf("placed %d missing %v without the mapping, want 0 and 1 nvidia.com/gpu", placed, short.Resources)
 	}
@@ -86,7 +86,7 @@ func TestFitSaysWhyAClaimIsRefused(t *testing.T) {
 	devs := oneGPUPerNode(false, "node-b")
 	pod := claimPod("blocked", "node-a")
 	pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("deleted")
-	placed, short := Fit(pod, 1, nil, candidates([]cand{{Node: readyNode("node-b", 0)}}), devs)
+	placed, short := New(candidates([]cand{{Node: readyNode("node-b", 0)}}), Standard(devs)...).Fit(pod, 1, nil)
 	if placed != 0 || short.Refused != "ResourceClaimTemplate models/deleted not found" {
 		t.Errorf("placed %d refused %q, want 0 and the template not found", placed, short.Refused)
 	}
