@@ -98,7 +98,10 @@ type Controller struct {
 }
 
 // view is the cluster as the controller reads it: the listers of the shared informers and the
-// lookups built on them. Nothing in it writes to the API server.
+// lookups built on them. Its methods are the reads the node, Surge and pool syncs share (the pods on
+// a node and the PDBs blocking them, a workload's pods, a target's Surge, a node's pool and signals,
+// survivors, capacity held): a view holds no client, executor or bookkeeping, so none of them can
+// write or remember.
 type view struct {
 	nsSelector, poolSelector labels.Selector
 

@@ -102,12 +102,12 @@ func (c *Controller) enqueuePredicted(node *corev1.Node) {
 
 // unservedStalls returns, for every pod blocked on the given nodes whose workload has no Surge yet,
 // an unscheduled copy: the replacement that stall will ask for, which comes before any look-ahead.
-func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
+func (v *view) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
 	var out []*podinfo.Pod
 	for _, n := range nodes {
-		blocked, _ := c.blockedOn(n.Name)
+		blocked, _ := v.blockedOn(n.Name)
 		for _, b := range blocked {
-			if c.hasSurge(b.Pod) {
+			if v.hasSurge(b.Pod) {
 				continue
 			}
 			out = append(out, guardian.Replacement(b.Pod))
@@ -117,7 +117,7 @@ func (c *Controller) unservedStalls(nodes []*corev1.Node) []*podinfo.Pod {
 }
 
 // hasSurge reports whether the pod's workload has a Surge (of any phase) already.
-func (c *Controller) hasSurge(pod *podinfo.Pod) bool {
-	target, err := c.store.Resolve(pod)
-	return err == nil && c.surgeOf(target) != nil
+func (v *view) hasSurge(pod *podinfo.Pod) bool {
+	target, err := v.store.Resolve(pod)
+	return err == nil && v.surgeOf(target) != nil
 }

@@ -81,12 +81,12 @@ func (c *Controller) forgetNode(name string) {
 }
 
 // pdbStatusBehind reports whether the PDB's status counts fewer healthy pods than the cache holds.
-func (c *Controller) pdbStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
+func (v *view) pdbStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
 	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
 		return false
 	}
-	pods, err := c.pods.Pods(pdb.Namespace).List(sel)
+	pods, err := v.pods.Pods(pdb.Namespace).List(sel)
 	if err != nil {
 		return false
 	}
@@ -94,8 +94,8 @@ func (c *Controller) pdbStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
 }
 
 // poolFor returns the node's MachineConfigPool, or nil (no pool, or MCO detection off).
-func (c *Controller) poolFor(node *corev1.Node) *mcfgv1.MachineConfigPool {
-	return c.newPoolLookup().of(node)
+func (v *view) poolFor(node *corev1.Node) *mcfgv1.MachineConfigPool {
+	return v.newPoolLookup().of(node)
 }
 
 // poolLookup finds nodes' pools from one listing of the pools, each node's at most once: a sync
@@ -105,10 +105,10 @@ type poolLookup struct {
 	byNode map[string]*mcfgv1.MachineConfigPool
 }
 
-func (c *Controller) newPoolLookup() *poolLookup {
+func (v *view) newPoolLookup() *poolLookup {
 	l := &poolLookup{byNode: map[string]*mcfgv1.MachineConfigPool{}}
-	if c.pools != nil {
-		l.pools, _ = c.pools.List(labels.Everything())
+	if v.pools != nil {
+		l.pools, _ = v.pools.List(labels.Everything())
 	}
 	return l
 }
@@ -152,8 +152,8 @@ func readyElsewhere(pods []*podinfo.Pod, node string, groupSize int32) int32 {
 }
 
 // podsOn returns the cached pods bound to the node.
-func (c *Controller) podsOn(node string) ([]*podinfo.Pod, error) {
-	objs, err := c.pods.Indexer.ByIndex(nodeNameIndex, node)
+func (v *view) podsOn(node string) ([]*podinfo.Pod, error) {
+	objs, err := v.pods.Indexer.ByIndex(nodeNameIndex, node)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +167,8 @@ func (c *Controller) podsOn(node string) ([]*podinfo.Pod, error) {
 }
 
 // blockedOn returns the pods on the node whose eviction a PDB of their namespace refuses.
-func (c *Controller) blockedOn(node string) ([]blocking.Blocked, error) {
-	pods, err := c.podsOn(node)
+func (v *view) blockedOn(node string) ([]blocking.Blocked, error) {
+	pods, err := v.podsOn(node)
 	if err != nil {
 		return nil, err
 	}
@@ -179,11 +179,11 @@ func (c *Controller) blockedOn(node string) ([]blocking.Blocked, error) {
 			continue
 		}
 		namespaces[p.Namespace] = true
-		list, err := c.pdbs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
+		list, err := v.pdbs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
 		if err != nil {
 			return nil, err
 		}
 		pdbs = append(pdbs, list...)
 	}
-	return c.selectors.Index(pdbs).Find(pods), nil
+	return v.selectors.Index(pdbs).Find(pods), nil
 }

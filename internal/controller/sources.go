@@ -147,8 +147,8 @@ func (s *sources) rollouts() []trigger.Rollout {
 
 // nodeSignals is the dominant drain of the node over every source (guardian.DominantDrain), with
 // the signals it was weighed from.
-func (c *Controller) nodeSignals(node *corev1.Node, mcoDrain guardian.NodeDrain) (guardian.NodeDrain, []trigger.Signal) {
-	signals := c.sources.signals(node)
+func (v *view) nodeSignals(node *corev1.Node, mcoDrain guardian.NodeDrain) (guardian.NodeDrain, []trigger.Signal) {
+	signals := v.sources.signals(node)
 	return guardian.DominantDrain(mcoDrain, signals...), signals
 }
 
@@ -262,9 +262,9 @@ func (c *Controller) onSourceObject(r trigger.Resource) func(any) {
 // as long as any source still has it under way, even while another source dominates the node: a
 // driver upgrade that starts while the MCO drains the node for its surge must not end that surge
 // (and make a second one). Otherwise the node's dominant drain is current.
-func (c *Controller) observeDrain(obs *guardian.Observation, mcoDrain guardian.NodeDrain) {
+func (v *view) observeDrain(obs *guardian.Observation, mcoDrain guardian.NodeDrain) {
 	s := obs.Surge
-	dominant, signals := c.nodeSignals(obs.Node, mcoDrain)
+	dominant, signals := v.nodeSignals(obs.Node, mcoDrain)
 	obs.CurrentDrain = dominant.Drain
 	for _, d := range guardian.Drains(mcoDrain, signals...) {
 		if d == s.Spec.Drain {
@@ -275,7 +275,7 @@ func (c *Controller) observeDrain(obs *guardian.Observation, mcoDrain guardian.N
 	if !guardian.FromSource(t) {
 		return
 	}
-	sig, on := c.sources.signalOf(trigger.Name(t), obs.Node)
+	sig, on := v.sources.signalOf(trigger.Name(t), obs.Node)
 	if !on {
 		// The source was switched off since: the node is back as far as the guardian can tell once
 		// it is schedulable.
@@ -284,7 +284,7 @@ func (c *Controller) observeDrain(obs *guardian.Observation, mcoDrain guardian.N
 	}
 	obs.SourceDraining = sig.Phase == trigger.PhaseDraining && sig.Drain == s.Spec.Drain
 	obs.SourceBack = sig.Back
-	obs.SourceRolloutOver = c.sources.rolloutOver(trigger.Name(t))
+	obs.SourceRolloutOver = v.sources.rolloutOver(trigger.Name(t))
 }
 
 // reportDrainFailed reports, once per drain, a Surge serving a node whose source gave up on its
@@ -323,8 +323,8 @@ func (c *Controller) sourceLookaheadRoom(t guardian.Trigger, pool string) *guard
 
 // willNotDrain reports whether neither the MCO's update (mco.WillNotDrain) nor any other source will
 // drain the node: a place for a replacement, and for the survivors of a restore.
-func (c *Controller) willNotDrain(n *corev1.Node, pools *poolLookup) bool {
-	return mco.WillNotDrain(n, pools.of(n)) && !c.sources.willDrain(n)
+func (v *view) willNotDrain(n *corev1.Node, pools *poolLookup) bool {
+	return mco.WillNotDrain(n, pools.of(n)) && !v.sources.willDrain(n)
 }
 
 // enqueueUpcoming re-examines the nodes the sources will pick next when a node they concern

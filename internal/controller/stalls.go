@@ -151,22 +151,22 @@ func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guar
 // Surges and those booked by the Surges this process created but has not verified yet. A held Surge's
 // pods still to place count too: a drain that evicts one of its replicas gets it recreated, Pending,
 // and that pod takes the next free GPU before a replacement surged after it.
-func (c *Controller) booked(view inFlightView) []*podinfo.Pod {
+func (v *view) booked(view inFlightView) []*podinfo.Pod {
 	surges := append(slices.Clip(view.trusted), view.held...)
-	return append(c.pendingReplacements(surges), view.unverified...)
+	return append(v.pendingReplacements(surges), view.unverified...)
 }
 
 // pendingReplacements lists, for the given Surges in flight, the replacements the scheduler has
 // still to place: their owners' unscheduled pods and the replicas not created yet. A Surge waits for
 // at most the replicas it added (its delta), whatever count its workload asks for.
-func (c *Controller) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Pod {
+func (v *view) pendingReplacements(surges []*v1alpha1.Surge) []*podinfo.Pod {
 	var out []*podinfo.Pod
 	for _, s := range surges {
-		owner, err := c.store.PodOwner(targetOf(s).PodOwner)
+		owner, err := v.store.PodOwner(targetOf(s).PodOwner)
 		if err != nil {
 			continue
 		}
-		pods, _ := c.podsOf(s.Namespace, targetOf(s).PodOwner.Kind, owner)
+		pods, _ := v.podsOf(s.Namespace, targetOf(s).PodOwner.Kind, owner)
 		out = append(out, waitingFor(s, pods, owner.GroupSize)...)
 	}
 	return out
@@ -187,11 +187,11 @@ func (c *Controller) capacityNow() *capacity.Capacity {
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.
-func (c *Controller) candidates() []capacity.Candidate {
-	nodes, _ := c.nodes.List(labels.Everything())
+func (v *view) candidates() []capacity.Candidate {
+	nodes, _ := v.nodes.List(labels.Everything())
 	out := make([]capacity.Candidate, 0, len(nodes))
 	for _, n := range nodes {
-		pods, _ := c.podsOn(n.Name)
+		pods, _ := v.podsOn(n.Name)
 		out = append(out, capacity.Candidate{Node: n, Pods: pods, Used: capacity.UsedBy(pods)})
 	}
 	return out

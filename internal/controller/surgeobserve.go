@@ -78,12 +78,12 @@ func (c *Controller) observeRefusals(obs *guardian.Observation, sc *surgeCase) {
 
 // otherPDB names a PDB, other than the one the Surge was made for, that selects a live pod of the
 // workload on the Surge's node while the Surge's own PDB allows a disruption; "" when there is none.
-func (c *Controller) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
-	own, err := c.pdbs.PodDisruptionBudgets(s.Namespace).Get(s.Spec.PDB)
+func (v *view) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
+	own, err := v.pdbs.PodDisruptionBudgets(s.Namespace).Get(s.Spec.PDB)
 	if err != nil || own.Status.DisruptionsAllowed < 1 || own.Status.ObservedGeneration < own.Generation {
 		return ""
 	}
-	pdbs, err := c.pdbs.PodDisruptionBudgets(s.Namespace).List(labels.Everything())
+	pdbs, err := v.pdbs.PodDisruptionBudgets(s.Namespace).List(labels.Everything())
 	if err != nil {
 		return ""
 	}
@@ -92,7 +92,7 @@ func (c *Controller) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
 			continue
 		}
 		for _, pdb := range pdbs {
-			if pdb.Name != s.Spec.PDB && c.selectors.Selects(pdb, p) {
+			if pdb.Name != s.Spec.PDB && v.selectors.Selects(pdb, p) {
 				return pdb.Name
 			}
 		}
@@ -132,9 +132,9 @@ func (c *Controller) surgeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, 
 // (survivors, a superset). A StatefulSet's scale-down removes its highest ordinals whatever their
 // node, so only ordinals below the original count are counted for it. A LeaderWorkerSet (groupSize
 // > 0) counts complete Ready groups the same way (see countGroupSurvivors).
-func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, groupSize int32) (safe, survivors int32) {
+func (v *view) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, groupSize int32) (safe, survivors int32) {
 	if groupSize > 0 {
-		return c.countGroupSurvivors(s, pods, pools, int(groupSize))
+		return v.countGroupSurvivors(s, pods, pools, int(groupSize))
 	}
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !p.Ready() {
@@ -145,15 +145,15 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 				continue
 			}
 		}
-		node, err := c.nodes.Get(p.Spec.NodeName)
+		node, err := v.nodes.Get(p.Spec.NodeName)
 		if err != nil {
 			continue
 		}
-		if c.updatingNow(node) {
+		if v.updatingNow(node) {
 			continue
 		}
 		survivors++
-		if c.willNotDrain(node, pools) {
+		if v.willNotDrain(node, pools) {
 			safe++
 		}
 	}
@@ -164,19 +164,19 @@ func (c *Controller) countSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pool
 // group indexes whatever their nodes (the StatefulSet ordinal rule, per group), so only complete
 // Ready groups of an index below the original count are counted, and a group counts only when every
 // one of its pods is on a node that keeps it: a group one pod short serves nothing.
-func (c *Controller) countGroupSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, size int) (safe, survivors int32) {
+func (v *view) countGroupSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod, pools *poolLookup, size int) (safe, survivors int32) {
 	for idx, g := range blocking.CompleteGroups(pods, size) {
 		if idx >= int(s.Spec.Replicas) {
 			continue
 		}
 		survives, isSafe := true, true
 		for _, p := range g {
-			node, err := c.nodes.Get(p.Spec.NodeName)
-			if err != nil || c.updatingNow(node) {
+			node, err := v.nodes.Get(p.Spec.NodeName)
+			if err != nil || v.updatingNow(node) {
 				survives = false
 				break
 			}
-			if !c.willNotDrain(node, pools) {
+			if !v.willNotDrain(node, pools) {
 				isSafe = false
 			}
 		}
@@ -192,8 +192,8 @@ func (c *Controller) countGroupSurvivors(s *v1alpha1.Surge, pods []*podinfo.Pod,
 
 // updatingNow is updatingNow, or another source has picked or is draining the node (see
 // sources.drainingNow).
-func (c *Controller) updatingNow(n *corev1.Node) bool {
-	return updatingNow(n) || c.sources.drainingNow(n)
+func (v *view) updatingNow(n *corev1.Node) bool {
+	return updatingNow(n) || v.sources.drainingNow(n)
 }
 
 // updatingNow reports whether the node is cordoned, or targeted or drained by the MCO: its pods are

@@ -137,11 +137,11 @@ func hashSuffixed(name string) bool {
 // object, by UID, and the component), not by its name: a Surge under the target's name may be
 // another object's (one deleted since, whose Surge the garbage collector has yet to remove), and a
 // Surge made by an older guardian may carry a name of its time.
-func (c *Controller) surgeOf(t *workload.Target) *v1alpha1.Surge {
-	if s, err := c.surges.Get(t.Ref.Namespace, surgeName(t)); err == nil && sameTarget(s, t) {
+func (v *view) surgeOf(t *workload.Target) *v1alpha1.Surge {
+	if s, err := v.surges.Get(t.Ref.Namespace, surgeName(t)); err == nil && sameTarget(s, t) {
 		return s
 	}
-	for _, s := range c.surges.InNamespace(t.Ref.Namespace) {
+	for _, s := range v.surges.InNamespace(t.Ref.Namespace) {
 		if sameTarget(s, t) {
 			return s
 		}
@@ -192,9 +192,9 @@ func targetOf(s *v1alpha1.Surge) *workload.Target {
 }
 
 // surgesMatching returns the Surges whose node, pool, target or pod owner match.
-func (c *Controller) surgesMatching(match func(*v1alpha1.Surge) bool) []*v1alpha1.Surge {
+func (v *view) surgesMatching(match func(*v1alpha1.Surge) bool) []*v1alpha1.Surge {
 	var out []*v1alpha1.Surge
-	for _, s := range c.surges.List() {
+	for _, s := range v.surges.List() {
 		if match(s) {
 			out = append(out, s)
 		}
