@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/testbed"
 )
 
@@ -306,4 +307,79 @@ func TestMultiNodeModelNoSpareGroup(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMultiNodeLLMInferenceService is the pool update of TestMultiNodeModelPoolUpdate for a
+// multi-node LLMInferenceService: the KServe simulator runs it, as KServe does, as the
+// LeaderWorkerSet <name>-kserve-mn (groups of spec.parallelism.pipeline pods: a leader from
+// spec.template, workers from spec.worker) with the real lws controllers. KServe puts a direct
+// change of that set's count back, so the guardian must surge and restore through the
+// LLMInferenceService's spec.replicas and never write the set: the pool must finish, a complete
+// group must serve at every observation, and both counts must end at one.
+func TestMultiNodeLLMInferenceService(t *testing.T) {
+	const name = "deepseek"
+	m := multiNode{name: kservesim.MainLeaderWorkerSetName(name), size: 2, gpus: 8}
+	s := newScenario(t, "multinode-llm", gpuNodes(4, 8), m.selector())
+	s.startLWS()
+	s.createMultiNodeLLM(name, m)
+	s.startGuardian()
+	g := s.sampleGroups(m)
+	s.updatePool()
+	took := s.waitPoolUpdated()
+	s.t.Logf("pool update of a multi-node LLMInferenceService took %v", took.Round(100*time.Millisecond))
+	s.eventually(time.Minute, "the service and its set back to one group and no Surge", func() (bool, error) {
+		r, _, _ := unstructured.NestedInt64(s.getUnstructured(testbed.LLMInferenceServices, name).Object, "spec", "replicas")
+		return r == 1 && s.groups(m.name) == 1 && len(s.surges()) == 0, nil
+	})
+	s.logEventReasons()
+	s.requireEvents("SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
+	s.forbidEvents("SurgeFailed", "NoCapacity")
+	for _, e := range s.events()["SurgeStarted"] {
+		if e.InvolvedObject.Kind != "LLMInferenceService" || e.InvolvedObject.Name != name {
+			s.t.Errorf("SurgeStarted on %s %s, want the LLMInferenceService %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, name)
+		}
+	}
+	for _, f := range s.getUnstructured(testbed.LeaderWorkerSets, m.name).GetManagedFields() {
+		if f.Manager == "drain-guardian" {
+			s.t.Errorf("the guardian wrote the LeaderWorkerSet KServe owns (%s at %v)", f.Operation, f.Time)
+		}
+	}
+	s.assertGroupAvailable(g)
+}
+
+// createMultiNodeLLM creates a multi-node LLMInferenceService of one group of m.size pods of m.gpus
+// GPUs each (a leader and m.size-1 workers, pipeline parallel) and a PDB minAvailable
+// 2*m.size-1 over its pods: an eviction passes only while two groups are whole. It waits until the
+// group runs Ready and the PDB allows no disruption.
+func (s *scenario) createMultiNodeLLM(name string, m multiNode) {
+	s.t.Helper()
+	app := map[string]string{"app.kubernetes.io/name": name}
+	spec := testbed.ModelPodSpec(s.pool, app)
+	gpus := corev1.ResourceList{controlplane.GPUResource: *resource.NewQuantity(int64(m.gpus), resource.DecimalSI)}
+	spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: gpus, Limits: gpus}
+	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		s.fatalf("%v", err)
+	}
+	llm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": testbed.LLMInferenceServices.GroupVersion().String(), "kind": "LLMInferenceService",
+		"metadata": map[string]any{"name": name, "namespace": s.ns},
+		"spec": map[string]any{
+			"model":       map[string]any{"uri": "hf://deepseek-ai/DeepSeek-R1", "name": name},
+			"replicas":    int64(1),
+			"parallelism": map[string]any{"pipeline": int64(m.size)},
+			"annotations": map[string]any{controlplane.ReadyDelayAnnotation: loadingDelay},
+			"template":    podSpec,
+			"worker":      podSpec,
+		},
+	}}
+	if _, err := testBed.CP.Dynamic().Resource(testbed.LLMInferenceServices).Namespace(s.ns).Create(s.ctx, llm, metav1.CreateOptions{}); err != nil {
+		s.fatalf("creating LLMInferenceService %s: %v", name, err)
+	}
+	s.waitModelReady(m.selector(), m.size)
+	s.createPDBAllowing(&policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(int32(2*m.size - 1))),
+			Selector: &metav1.LabelSelector{MatchLabels: app}},
+	}, 0)
 }

@@ -14,6 +14,12 @@
 //     when spec.prefill is set, with replicas from spec.replicas and
 //     spec.prefill.replicas. What an absent field means depends on the
 //     release being imitated; see [Options].
+//   - A multi-node LLMInferenceService (spec.worker, spec.prefill.worker)
+//     becomes the LeaderWorkerSet <name>-kserve-mn (-prefill): groups of
+//     spec.parallelism's size, its count from the replicas field or, absent,
+//     the set's own; created, then replaced by a full update whenever what
+//     KServe sets differs (llmisvc_multinode.go). The sets are not watched:
+//     a multi-node service is reconciled again every few seconds instead.
 //
 // InferenceServices are written the way KServe's raw-deployment reconcilers
 // write (see reconcilePredictor and reconcileHPA for the upstream sources),
@@ -46,7 +52,7 @@
 // not set are left alone.
 //
 // What is not simulated: Services, routes, ServingRuntimes, transformers and
-// explainers, multi-node workloads (spec.predictor.workerSpec, spec.worker),
+// explainers, multi-node InferenceServices (spec.predictor.workerSpec),
 // KEDA ScaledObjects and the WVA autoscaler of spec.scaling. Pod readiness
 // comes from the fake kubelets of the control plane, not from this package.
 package kservesim

@@ -45,6 +45,7 @@ type workloadSpec struct {
 	Annotations map[string]string                   `json:"annotations"`
 	Template    *corev1ac.PodSpecApplyConfiguration `json:"template"`
 	Worker      *json.RawMessage                    `json:"worker"`
+	Parallelism *parallelism                        `json:"parallelism"`
 }
 
 type llmSpec struct {
@@ -55,10 +56,13 @@ type llmSpec struct {
 // llmObjects is what KServe's LLMInferenceService reconciler keeps in place.
 type llmObjects struct {
 	// Main is nil when the main workload is not a Deployment (spec.worker
-	// set: a multi-node LeaderWorkerSet, not simulated).
+	// set: a multi-node LeaderWorkerSet, MainSet).
 	Main *appsv1ac.DeploymentApplyConfiguration
 	// Prefill is nil without spec.prefill, or when it is multi-node.
 	Prefill *appsv1ac.DeploymentApplyConfiguration
+	// MainSet and PrefillSet are the multi-node LeaderWorkerSets (see
+	// llmisvc_multinode.go); nil for a workload without a worker spec.
+	MainSet, PrefillSet *unstructured.Unstructured
 }
 
 // llmReplicas returns the replica count the controller applies for one
@@ -90,9 +94,12 @@ func MainDeploymentName(llm string) string { return childName(llm, mainSuffix) }
 // PrefillDeploymentName is the name of an LLMInferenceService's prefill Deployment.
 func PrefillDeploymentName(llm string) string { return childName(llm, prefillSuffix) }
 
-// llmInferenceServiceObjects maps an LLMInferenceService to its Deployments.
-// currentReplicas reports the .spec.replicas of an existing Deployment by
-// name (nil when there is none); it only matters with nilKeepsCount.
+// llmInferenceServiceObjects maps an LLMInferenceService to its Deployments,
+// and its multi-node workloads to LeaderWorkerSets. currentReplicas reports
+// the .spec.replicas of an existing Deployment or LeaderWorkerSet by name
+// (nil when there is none); for a Deployment it only matters with
+// nilKeepsCount, a LeaderWorkerSet always keeps its count when the field is
+// absent (PreserveLWSReplicas).
 func llmInferenceServiceObjects(llm *unstructured.Unstructured, currentReplicas func(name string) *int32, nilKeepsCount bool) (*llmObjects, error) {
 	specMap, _, err := unstructured.NestedMap(llm.Object, "spec")
 	if err != nil {
@@ -130,7 +137,20 @@ func llmInferenceServiceObjects(llm *unstructured.Unstructured, currentReplicas 
 		out.Prefill = llmDeployment(llm, name, llmWorkloadPrefill, "prefill", p, owner,
 			llmReplicas(p.Replicas, p.Scaling != nil, currentReplicas(name), nilKeepsCount))
 	}
-	return out, nil
+	var err2 error
+	if spec.Worker != nil {
+		role := "both"
+		if spec.Prefill != nil {
+			role = "decode"
+		}
+		name := MainLeaderWorkerSetName(llm.GetName())
+		out.MainSet, err2 = multiNodeLWS(llm, name, &spec.workloadSpec, role, currentReplicas(name))
+	}
+	if p := spec.Prefill; p != nil && p.Worker != nil && err2 == nil {
+		name := PrefillLeaderWorkerSetName(llm.GetName())
+		out.PrefillSet, err2 = multiNodeLWS(llm, name, p, "prefill", currentReplicas(name))
+	}
+	return out, err2
 }
 
 func llmDeployment(llm *unstructured.Unstructured, name, component, role string, w *workloadSpec,

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestLLMReplicas(t *testing.T) {
@@ -192,6 +193,56 @@ func TestLLMInferenceServiceShapes(t *testing.T) {
 			}
 			if len(d.Spec.Template.Spec.Containers) == 0 || d.Spec.Template.Spec.Containers[0].Image == "" {
 				t.Errorf("pod has no runnable container: %+v", d.Spec.Template.Spec.Containers)
+			}
+		})
+	}
+}
+
+// A multi-node LLMInferenceService becomes a LeaderWorkerSet as KServe writes it: owned by the
+// service, its count from spec.replicas or, when absent, the set's own (PreserveLWSReplicas), its
+// group size from spec.parallelism, the leader and worker templates labelled by component.
+func TestLLMInferenceServiceMultiNode(t *testing.T) {
+	worker := `{"containers": [{"name": "w", "image": "w"}]}`
+	tests := []struct {
+		name         string
+		spec         string
+		current      *int32
+		wantReplicas any
+		wantSize     any
+		wantLeader   bool
+	}{
+		{"replicas and pipeline", `{"replicas": 1, "parallelism": {"pipeline": 2}, "template": ` + llmTemplate + `, "worker": ` + worker + `}`,
+			ptr(3), int64(1), int64(2), true},
+		{"absent replicas keep the set's", `{"parallelism": {"data": 8, "dataLocal": 4}, "worker": ` + worker + `}`,
+			ptr(2), int64(2), int64(2), false},
+		{"absent replicas, no set yet", `{"worker": ` + worker + `}`, nil, nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			llm := object(t, llmJSON("v1alpha2", tt.spec))
+			got, err := llmInferenceServiceObjects(llm, func(string) *int32 { return tt.current }, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Main != nil || got.MainSet == nil {
+				t.Fatalf("main Deployment %v, set %v: want a LeaderWorkerSet only", got.Main != nil, got.MainSet != nil)
+			}
+			set := got.MainSet
+			if set.GetName() != "chat-kserve-mn" || !controlledBy(set, llm.GetUID()) {
+				t.Errorf("set %s owned by %v", set.GetName(), set.GetOwnerReferences())
+			}
+			if r, _, _ := unstructured.NestedFieldNoCopy(set.Object, "spec", "replicas"); r != tt.wantReplicas {
+				t.Errorf("replicas = %v, want %v", r, tt.wantReplicas)
+			}
+			if n, _, _ := unstructured.NestedFieldNoCopy(set.Object, "spec", "leaderWorkerTemplate", "size"); n != tt.wantSize {
+				t.Errorf("size = %v, want %v", n, tt.wantSize)
+			}
+			c, _, _ := unstructured.NestedString(set.Object, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "labels", LLMComponentLabel)
+			if c != llmWorker {
+				t.Errorf("worker component %q, want %q", c, llmWorker)
+			}
+			if _, has, _ := unstructured.NestedMap(set.Object, "spec", "leaderWorkerTemplate", "leaderTemplate"); has != tt.wantLeader {
+				t.Errorf("leader template %v, want %v", has, tt.wantLeader)
 			}
 		})
 	}

@@ -425,6 +425,9 @@ func (c *controller) reconcileHPA(ctx context.Context, isvc *unstructured.Unstru
 func (c *controller) reconcileLLMInferenceService(ctx context.Context, llm *unstructured.Unstructured) error {
 	ns := llm.GetNamespace()
 	current := func(name string) *int32 {
+		if name == MainLeaderWorkerSetName(llm.GetName()) || name == PrefillLeaderWorkerSetName(llm.GetName()) {
+			return c.currentSetReplicas(ctx, ns, name)
+		}
 		d, err := c.deployments.Deployments(ns).Get(name)
 		if err != nil {
 			return nil
@@ -471,7 +474,46 @@ func (c *controller) reconcileLLMInferenceService(ctx context.Context, llm *unst
 			workloads["prefill"] = d
 		}
 	}
-	return c.applyStatus(ctx, llmInferenceServices, llm, llmStatus(llm, &llmWorkloads{want: want, deployments: workloads}, nil, c.now()))
+	sets, err := c.reconcileLeaderWorkerSets(ctx, want)
+	if err != nil {
+		return err
+	}
+	if want.MainSet != nil || want.PrefillSet != nil {
+		// No informer of the sets: look again soon, as KServe's watch of them would (see multiNodeResync).
+		c.queue.AddAfter(key{kindLLMInferenceService, ns, llm.GetName()}, multiNodeResync)
+	}
+	return c.applyStatus(ctx, llmInferenceServices, llm, llmStatus(llm, &llmWorkloads{want: want, deployments: workloads, sets: sets}, nil, c.now()))
+}
+
+// reconcileLeaderWorkerSets keeps the multi-node workloads in place and returns them by role.
+func (c *controller) reconcileLeaderWorkerSets(ctx context.Context, want *llmObjects) (map[string]*unstructured.Unstructured, error) {
+	sets := map[string]*unstructured.Unstructured{}
+	for role, set := range map[string]*unstructured.Unstructured{"main": want.MainSet, "prefill": want.PrefillSet} {
+		if set == nil {
+			continue
+		}
+		got, err := c.reconcileLeaderWorkerSet(ctx, set)
+		if err != nil {
+			return nil, err
+		}
+		sets[role] = got
+	}
+	return sets, nil
+}
+
+// currentSetReplicas reads the spec.replicas of a LeaderWorkerSet live; nil when it has none or
+// cannot be read.
+func (c *controller) currentSetReplicas(ctx context.Context, namespace, name string) *int32 {
+	u, err := c.dyn.Resource(LeaderWorkerSets).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	n, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+	if !ok {
+		return nil
+	}
+	r := int32(n)
+	return &r
 }
 
 func controlledBy(obj metav1.Object, uid types.UID) bool {

@@ -16,6 +16,9 @@ const (
 	ConditionMainWorkloadReady    = "MainWorkloadReady"
 	ConditionPrefillWorkloadReady = "PrefillWorkloadReady"
 	ConditionWorkloadsReady       = "WorkloadsReady"
+	// The multi-node workloads' conditions mirror their LeaderWorkerSet's Available.
+	ConditionWorkerWorkloadReady        = "WorkerWorkloadReady"
+	ConditionPrefillWorkerWorkloadReady = "PrefillWorkerWorkloadReady"
 )
 
 type condition struct {
@@ -71,6 +74,8 @@ func inferenceServiceStatus(isvc *unstructured.Unstructured, predictor *appsv1.D
 type llmWorkloads struct {
 	want        *llmObjects
 	deployments map[string]*appsv1.Deployment // by role: "main", "prefill"
+	// sets are the multi-node LeaderWorkerSets, by role.
+	sets map[string]*unstructured.Unstructured
 }
 
 // llmStatus is the status of an LLMInferenceService: one condition per
@@ -92,16 +97,22 @@ func llmStatus(llm *unstructured.Unstructured, w *llmWorkloads, invalid error, n
 		{"main", ConditionMainWorkloadReady, w.want.Main != nil},
 		{"prefill", ConditionPrefillWorkloadReady, w.want.Prefill != nil},
 	} {
-		if !wl.wanted {
-			continue
+		if wl.wanted {
+			conds = append(conds, deploymentCondition(wl.condition, w.deployments[wl.role]))
 		}
-		conds = append(conds, deploymentCondition(wl.condition, w.deployments[wl.role]))
+	}
+	for _, wl := range []struct {
+		role, condition string
+		wanted          bool
+	}{
+		{"main", ConditionWorkerWorkloadReady, w.want.MainSet != nil},
+		{"prefill", ConditionPrefillWorkerWorkloadReady, w.want.PrefillSet != nil},
+	} {
+		if wl.wanted {
+			conds = append(conds, lwsCondition(wl.condition, w.sets[wl.role]))
+		}
 	}
 	all := condition{Type: ConditionWorkloadsReady, Status: corev1.ConditionTrue, Reason: "WorkloadsReady"}
-	if w.want.Main == nil {
-		all = condition{Type: ConditionWorkloadsReady, Status: corev1.ConditionFalse, Reason: "NotSimulated",
-			Message: "multi-node workloads (spec.worker) are not simulated"}
-	}
 	for _, c := range conds {
 		if all.Status == corev1.ConditionTrue && c.Status != corev1.ConditionTrue {
 			all = condition{Type: ConditionWorkloadsReady, Status: c.Status, Reason: c.Reason, Message: c.Type + ": " + c.Message}

@@ -105,7 +105,10 @@ func TestLLMStatus(t *testing.T) {
 		{"main only", &llmWorkloads{want: &llmObjects{Main: both.Main}, deployments: map[string]*appsv1.Deployment{
 			"main": deployment("chat-kserve", corev1.ConditionTrue, 1)}},
 			"True", ""},
-		{"multi-node", &llmWorkloads{want: &llmObjects{}}, "False", ""},
+		{"multi-node available", &llmWorkloads{want: &llmObjects{MainSet: lwsWith("")}, sets: map[string]*unstructured.Unstructured{
+			"main": lwsWith("True")}}, "True", ""},
+		{"multi-node progressing", &llmWorkloads{want: &llmObjects{MainSet: lwsWith("")}, sets: map[string]*unstructured.Unstructured{
+			"main": lwsWith("")}}, "False", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,4 +122,13 @@ func TestLLMStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lwsWith is a LeaderWorkerSet whose Available condition has the status, or none when "".
+func lwsWith(available string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "chat-kserve-mn"}}}
+	if available != "" {
+		u.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Available", "status": available}}}
+	}
+	return u
 }

@@ -16,10 +16,11 @@ import (
 
 	"github.com/drain-guardian/drain-guardian/e2e/internal/build"
 	"github.com/drain-guardian/drain-guardian/e2e/internal/controlplane"
+	"github.com/drain-guardian/drain-guardian/e2e/internal/kservesim"
 )
 
 // LeaderWorkerSets is the resource of the LeaderWorkerSet kind (kubernetes-sigs/lws).
-var LeaderWorkerSets = schema.GroupVersionResource{Group: "leaderworkerset.x-k8s.io", Version: "v1", Resource: "leaderworkersets"}
+var LeaderWorkerSets = kservesim.LeaderWorkerSets
 
 // lwsCRD is the LeaderWorkerSet CRD inside the sigs.k8s.io/lws module that e2e/tools/lws pins: it is
 // installed from there, as lws releases it, never copied into this repository.
