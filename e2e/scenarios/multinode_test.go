@@ -234,15 +234,24 @@ func TestMultiNodeModelPodBudget(t *testing.T) {
 // of the surge's story that the model's budget promises (want).
 func (s *scenario) updateMultiNode(m multiNode, want ...string) *groupSampler {
 	s.t.Helper()
+	return s.runMultiNodeUpdate(m, func() { s.createMultiNode(m) }, func() bool { return s.groups(m.name) == 1 }, want...)
+}
+
+// runMultiNodeUpdate starts the lws controllers, creates the model (create), starts the guardian and
+// the group sampler, runs the pool update and waits until the model is back to its one group
+// (restored) with no Surge left; then it checks the Events (want required, failures and NoCapacity
+// forbidden). The sampler is returned running.
+func (s *scenario) runMultiNodeUpdate(m multiNode, create func(), restored func() bool, want ...string) *groupSampler {
+	s.t.Helper()
 	s.startLWS()
-	s.createMultiNode(m)
+	create()
 	s.startGuardian()
 	g := s.sampleGroups(m)
 	s.updatePool()
 	took := s.waitPoolUpdated()
 	s.t.Logf("pool update of a multi-node model took %v", took.Round(100*time.Millisecond))
-	s.eventually(time.Minute, "the set back to one group and no Surge", func() (bool, error) {
-		return s.groups(m.name) == 1 && len(s.surges()) == 0, nil
+	s.eventually(time.Minute, "the model back to one group and no Surge", func() (bool, error) {
+		return restored() && len(s.surges()) == 0, nil
 	})
 	s.logEventReasons()
 	s.requireEvents(want...)
@@ -320,20 +329,10 @@ func TestMultiNodeLLMInferenceService(t *testing.T) {
 	const name = "deepseek"
 	m := multiNode{name: kservesim.MainLeaderWorkerSetName(name), size: 2, gpus: 8}
 	s := newScenario(t, "multinode-llm", gpuNodes(4, 8), m.selector())
-	s.startLWS()
-	s.createMultiNodeLLM(name, m)
-	s.startGuardian()
-	g := s.sampleGroups(m)
-	s.updatePool()
-	took := s.waitPoolUpdated()
-	s.t.Logf("pool update of a multi-node LLMInferenceService took %v", took.Round(100*time.Millisecond))
-	s.eventually(time.Minute, "the service and its set back to one group and no Surge", func() (bool, error) {
+	g := s.runMultiNodeUpdate(m, func() { s.createMultiNodeLLM(name, m) }, func() bool {
 		r, _, _ := unstructured.NestedInt64(s.getUnstructured(testbed.LLMInferenceServices, name).Object, "spec", "replicas")
-		return r == 1 && s.groups(m.name) == 1 && len(s.surges()) == 0, nil
-	})
-	s.logEventReasons()
-	s.requireEvents("SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
-	s.forbidEvents("SurgeFailed", "NoCapacity")
+		return r == 1 && s.groups(m.name) == 1
+	}, "SurgeStarted", "ReplacementReady", "StallResolved", "SurgeRestored")
 	for _, e := range s.events()["SurgeStarted"] {
 		if e.InvolvedObject.Kind != "LLMInferenceService" || e.InvolvedObject.Name != name {
 			s.t.Errorf("SurgeStarted on %s %s, want the LLMInferenceService %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, name)
