@@ -188,7 +188,9 @@ func TestCSVComesFromTheBase(t *testing.T) {
 		}
 	}
 	joined := strings.Join(kinds, " ")
-	for _, want := range []string{"ClusterRole/drain-guardian-check", "ClusterRole/drain-guardian-surges-reader", "ServiceMonitor/drain-guardian"} {
+	// The settings the Deployment's --max-surge-replicas and the admission policy's bound share travel
+	// with the bundle: the Deployment cannot start without them.
+	for _, want := range []string{"ClusterRole/drain-guardian-check", "ClusterRole/drain-guardian-surges-reader", "ServiceMonitor/drain-guardian", "ConfigMap/drain-guardian-settings"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("bundle objects %s lack %s", joined, want)
 		}
@@ -209,6 +211,7 @@ func TestCSVComesFromTheBase(t *testing.T) {
 		"ConfigMap/openshift-config-managed/drain-guardian-dashboard",
 		"ValidatingAdmissionPolicy//drain-guardian-writes",
 		"ValidatingAdmissionPolicyBinding//drain-guardian-writes",
+		"ValidatingAdmissionPolicyBinding//drain-guardian-writes-settings",
 	}
 	if !slices.Equal(separate, want) {
 		t.Errorf("objects to apply separately: %v, want %v", separate, want)
