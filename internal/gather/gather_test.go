@@ -274,6 +274,9 @@ func TestModelVerdictTellsDowntimeFromTheSurgesNotReady(t *testing.T) {
 		{ModelState{Conditions: []string{"Ready=False (MinimumReplicasUnavailable)"}, ReadyPods: 1, ReadyPodsKnown: true}, "not downtime"},
 		{ModelState{Conditions: []string{"PredictorReady=False (MinimumReplicasUnavailable)"}, ReadyPods: 0, ReadyPodsKnown: true}, "DOWN: no Ready pod"},
 		{ModelState{Conditions: []string{"Ready=True"}, ReadyPods: 2, ReadyPodsKnown: true}, "serving (2 Ready pods)"},
+		// A multi-node model's pod owner is a LeaderWorkerSet: its count is of whole groups.
+		{ModelState{Conditions: []string{"Ready=False (MinimumReplicasUnavailable)"}, ReadyPods: 1, ReadyPodsKnown: true, Groups: true}, "serving (1 Ready groups)"},
+		{ModelState{ReadyPods: 0, ReadyPodsKnown: true, Groups: true}, "DOWN: no Ready group"},
 		{ModelState{Conditions: []string{"Ready=False"}}, "unknown"},
 	} {
 		if got := tc.m.Verdict(); !strings.Contains(got, tc.want) {

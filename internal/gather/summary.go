@@ -34,9 +34,18 @@ type ModelState struct {
 	PodOwner   string
 	Conditions []string
 	// ReadyPods is the pod owner's status.readyReplicas; ReadyPodsKnown is false when the pod owner
-	// could not be read.
+	// could not be read. For a LeaderWorkerSet (Groups) it counts whole Ready groups, not pods.
 	ReadyPods      int64
 	ReadyPodsKnown bool
+	Groups         bool
+}
+
+// unit names what ReadyPods counts.
+func (m ModelState) unit() string {
+	if m.Groups {
+		return "group"
+	}
+	return "pod"
 }
 
 // Verdict tells real downtime from the Ready=False that every surged KServe model shows: during a
@@ -54,11 +63,11 @@ func (m ModelState) Verdict() string {
 	case !m.ReadyPodsKnown:
 		return "unknown: the pod owner could not be read"
 	case m.ReadyPods == 0:
-		return "DOWN: no Ready pod"
+		return "DOWN: no Ready " + m.unit()
 	case notReady:
-		return fmt.Sprintf("serving (%d Ready pods): Ready=False here is the surge's expected MinimumReplicasUnavailable, not downtime", m.ReadyPods)
+		return fmt.Sprintf("serving (%d Ready %ss): Ready=False here is the surge's expected MinimumReplicasUnavailable, not downtime", m.ReadyPods, m.unit())
 	default:
-		return fmt.Sprintf("serving (%d Ready pods)", m.ReadyPods)
+		return fmt.Sprintf("serving (%d Ready %ss)", m.ReadyPods, m.unit())
 	}
 }
 

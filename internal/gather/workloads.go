@@ -127,8 +127,9 @@ func (g *gatherer) workloads(ctx context.Context, surges []v1alpha1.Surge, repor
 		if t.Kind != "InferenceService" && t.Kind != "LLMInferenceService" {
 			continue
 		}
+		// A LeaderWorkerSet's status.readyReplicas counts whole Ready groups (a multi-node model).
 		m := ModelState{Surge: s.Namespace + "/" + s.Name, Model: t.Kind + " " + s.Namespace + "/" + t.Name, Phase: phase(s),
-			PodOwner: o.Kind + " " + o.Name}
+			PodOwner: o.Kind + " " + o.Name, Groups: o.Kind == "LeaderWorkerSet"}
 		if r, ok := newRef(t.APIVersion, t.Kind, t.Resource, s.Namespace, t.Name); ok && got[r] != nil {
 			m.Conditions = modelConditions(got[r])
 		}
