@@ -19,11 +19,34 @@ import (
 type writeAttempts struct {
 	mu    sync.Mutex
 	first map[types.NamespacedName]attempt
+	// written holds, for a Pending Surge whose fields this process wrote, the resourceVersion of the
+	// target that write replaced: while the cache still holds that version, it has not seen the write.
+	written map[types.NamespacedName]attempt
 }
 
 type attempt struct {
 	uid types.UID
 	at  time.Time
+	rv  string
+}
+
+// wrote records that the Surge's fields were written over the target at resourceVersion replaced.
+func (w *writeAttempts) wrote(s *v1alpha1.Surge, replaced string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written == nil {
+		w.written = map[types.NamespacedName]attempt{}
+	}
+	w.written[keyOf(s)] = attempt{uid: s.UID, rv: replaced}
+}
+
+// unseen reports whether this process wrote the Surge's fields and the target read (at
+// resourceVersion current) is still the version that write replaced.
+func (w *writeAttempts) unseen(s *v1alpha1.Surge, current string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a, ok := w.written[keyOf(s)]
+	return ok && a.uid == s.UID && a.rv == current
 }
 
 // since returns when the first attempt for the Surge was seen, recording now if none was.
@@ -45,4 +68,5 @@ func (w *writeAttempts) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.first, key)
+	delete(w.written, key)
 }

@@ -92,7 +92,12 @@ func (c *Controller) write(ctx context.Context, sc *surgeCase, st guardian.Step)
 	s, obj := sc.s, sc.obj
 	switch st.Kind {
 	case guardian.ActWriteFields:
-		return time.Second, c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+guardian.DescribeFields(s.Spec.Fields))
+		if err := c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+guardian.DescribeFields(s.Spec.Fields)); err != nil {
+			return 0, err
+		}
+		// Until the cache shows a newer target, a read of it says nothing about this write.
+		c.writing.wrote(s, obj.Meta.GetResourceVersion())
+		return time.Second, nil
 	case guardian.ActRestoreFields:
 		patch := workload.RestorePatch(obj, s.Spec.Fields, st.RemoveExplicit)
 		if patch == nil {

@@ -56,6 +56,7 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 	}
 	if s.PhaseOf() == v1alpha1.PhasePending {
 		obs.WritingSince = c.writing.since(s, now)
+		obs.WriteUnseen = c.writing.unseen(s, sc.obj.Meta.GetResourceVersion())
 	} else {
 		c.writing.forget(keyOf(s))
 	}

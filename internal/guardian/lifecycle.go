@@ -56,6 +56,10 @@ type Observation struct {
 	// CapacityWanted: a stall of the same pool (of any pool, for a Prepared surge) waits for capacity
 	// that this surge holds.
 	CapacityWanted bool
+	// WriteUnseen, on a Pending Surge: this process wrote its fields and the target as read is still
+	// the version that write replaced (the informer has not delivered it yet). The read says nothing
+	// about whether the fields are written.
+	WriteUnseen bool
 	// WritingSince, on a Pending Surge, is when this process first tried to write its fields: the
 	// Pending deadline runs from there, not from a start that may lie before an outage of the guardian.
 	WritingSince time.Time
@@ -161,6 +165,10 @@ const ConditionEvictionDue = "EvictionDue"
 // or conflicts each time (a tenant changing the workload in a loop, an admission webhook refusing
 // it): a Pending Surge holds a --max-concurrent-surges slot, which nobody may hold forever.
 const PendingTimeout = time.Minute
+
+// WriteSeenRetry is how soon a Pending Surge whose write the cache has not shown yet is looked at
+// again; the target's informer event brings it back sooner.
+const WriteSeenRetry = time.Second
 
 // ReplacementRefusedTimeout bounds how long a Surged surge waits while its pod owner's controller
 // reports that the replacement pods are refused (Observation.ReplacementRefused). A refusal can be a
@@ -317,18 +325,25 @@ func decidePending(cfg Config, o Observation) Action {
 		return Action{Kind: ActMarkSurged}
 	case !allIn(o.Fields, workload.FieldAtOriginal):
 		return Action{Kind: ActDiscard}
-	case o.PodOwnerGone:
+	}
+	since := o.Surge.Spec.StartTime.Time
+	if o.WritingSince.After(since) {
+		since = o.WritingSince
+	}
+	timedOut := o.Now.Sub(since) >= PendingTimeout
+	if o.WriteUnseen && !timedOut {
+		// The fields look unwritten only because the cache lags this process's own write: dropping
+		// the Surge now would leave the count raised with nothing to restore it.
+		return Action{Kind: ActWait, After: WriteSeenRetry}
+	}
+	if o.PodOwnerGone {
 		return Action{Kind: ActFinish}
 	}
 	if _, done := finished(cfg, o); done || stallGone(o) {
 		// The stall ended before the fields were written: nothing to surge, nothing to restore.
 		return Action{Kind: ActFinish}
 	}
-	since := o.Surge.Spec.StartTime.Time
-	if o.WritingSince.After(since) {
-		since = o.WritingSince
-	}
-	if o.Now.Sub(since) >= PendingTimeout {
+	if timedOut {
 		// Every write was refused or lost a conflict for a minute: give the slot back, and keep the
 		// Failed Surge so that this drain is not surged again. A write that did land after all is
 		// seen at its surged value and restored.

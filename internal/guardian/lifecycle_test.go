@@ -167,6 +167,28 @@ func pendingCases() []decideCase {
 			want: Action{Kind: ActFinish},
 		},
 		{
+			// The write went through but the cache still holds the version it replaced: the fields
+			// only look unwritten. Dropping the Surge would leave the count raised with nothing to
+			// restore it (seen end to end: a GPU driver upgrade's predicted stall ended 20 ms after
+			// the write).
+			name: "own write not in the cache yet, stall gone: wait, never drop", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.CurrentDrain = ""; o.Node = updatedNode(); o.WriteUnseen = true },
+			want: Action{Kind: ActWait, After: WriteSeenRetry},
+		},
+		{
+			name: "own write not in the cache yet: wait, not a second write", phase: v1alpha1.PhasePending,
+			obs:  func(o *Observation) { o.WriteUnseen = true },
+			want: Action{Kind: ActWait, After: WriteSeenRetry},
+		},
+		{
+			// A cache that never catches up (a broken watch) does not hold the slot for ever; the
+			// Failed Surge is kept, and restores the write if it is seen after all.
+			name: "own write unseen for PendingTimeout: fail", phase: v1alpha1.PhasePending,
+			surge: startedAgo(PendingTimeout),
+			obs:   func(o *Observation) { o.WriteUnseen = true },
+			want:  Action{Kind: ActStartRestore, Reason: ReasonWriteTimeout, Failed: true},
+		},
+		{
 			// A tenant changing the workload in a loop, or a webhook refusing the write: the slot
 			// is not held for ever.
 			name: "fields not written for PendingTimeout: fail", phase: v1alpha1.PhasePending,
