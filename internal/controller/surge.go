@@ -96,7 +96,7 @@ func (c *Controller) write(ctx context.Context, sc *surgeCase, st guardian.Step)
 			return 0, err
 		}
 		// Until the cache shows a newer target, a read of it says nothing about this write.
-		c.writing.wrote(s, obj.Meta.GetResourceVersion())
+		c.writing.wrote(s, obj.Meta.GetResourceVersion(), c.clock.Now())
 		return time.Second, nil
 	case guardian.ActRestoreFields:
 		patch := workload.RestorePatch(obj, s.Spec.Fields, st.RemoveExplicit)
