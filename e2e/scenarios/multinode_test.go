@@ -63,14 +63,7 @@ func (s *scenario) startLWS() {
 // disruption.
 func (s *scenario) createMultiNode(m multiNode) {
 	s.t.Helper()
-	labels := map[string]string{"app": m.name}
-	spec := testbed.ModelPodSpec(s.pool, labels)
-	gpus := corev1.ResourceList{controlplane.GPUResource: *resource.NewQuantity(int64(m.gpus), resource.DecimalSI)}
-	spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: gpus, Limits: gpus}
-	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
-	if err != nil {
-		s.fatalf("%v", err)
-	}
+	podSpec := s.groupPodSpec(m, map[string]string{"app": m.name})
 	template := map[string]any{
 		"metadata": map[string]any{"labels": map[string]any{"app": m.name}, "annotations": map[string]any{controlplane.ReadyDelayAnnotation: loadingDelay}},
 		"spec":     podSpec,
@@ -99,6 +92,21 @@ func (s *scenario) createMultiNode(m multiNode) {
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(minAvailable)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{lwsNameLabel: m.name}}},
 	}, 0)
+}
+
+// groupPodSpec is the pod spec of one pod of a group of m, as the map a template holds: the model's
+// pod on the scenario's pool (anti-affine on the hostname to pods of those labels), taking all
+// m.gpus GPUs of a node.
+func (s *scenario) groupPodSpec(m multiNode, labels map[string]string) map[string]any {
+	s.t.Helper()
+	spec := testbed.ModelPodSpec(s.pool, labels)
+	gpus := corev1.ResourceList{controlplane.GPUResource: *resource.NewQuantity(int64(m.gpus), resource.DecimalSI)}
+	spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: gpus, Limits: gpus}
+	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		s.fatalf("%v", err)
+	}
+	return podSpec
 }
 
 // groups returns the LeaderWorkerSet's spec.replicas.
@@ -353,13 +361,7 @@ func TestMultiNodeLLMInferenceService(t *testing.T) {
 func (s *scenario) createMultiNodeLLM(name string, m multiNode) {
 	s.t.Helper()
 	app := map[string]string{"app.kubernetes.io/name": name}
-	spec := testbed.ModelPodSpec(s.pool, app)
-	gpus := corev1.ResourceList{controlplane.GPUResource: *resource.NewQuantity(int64(m.gpus), resource.DecimalSI)}
-	spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: gpus, Limits: gpus}
-	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
-	if err != nil {
-		s.fatalf("%v", err)
-	}
+	podSpec := s.groupPodSpec(m, app)
 	llm := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": testbed.LLMInferenceServices.GroupVersion().String(), "kind": "LLMInferenceService",
 		"metadata": map[string]any{"name": name, "namespace": s.ns},

@@ -89,28 +89,20 @@ func llmStatus(llm *unstructured.Unstructured, w *llmWorkloads, invalid error, n
 		status["conditions"] = conditionsField(llm, invalidConditions(invalid, ConditionWorkloadsReady, ConditionReady), now)
 		return status
 	}
+	// One condition per workload KServe runs: a Deployment's mirrors its Available, a multi-node
+	// LeaderWorkerSet's the set's Available.
 	var conds []condition
-	for _, wl := range []struct {
-		role, condition string
-		wanted          bool
-	}{
-		{"main", ConditionMainWorkloadReady, w.want.Main != nil},
-		{"prefill", ConditionPrefillWorkloadReady, w.want.Prefill != nil},
-	} {
-		if wl.wanted {
-			conds = append(conds, deploymentCondition(wl.condition, w.deployments[wl.role]))
-		}
+	if w.want.Main != nil {
+		conds = append(conds, deploymentCondition(ConditionMainWorkloadReady, w.deployments["main"]))
 	}
-	for _, wl := range []struct {
-		role, condition string
-		wanted          bool
-	}{
-		{"main", ConditionWorkerWorkloadReady, w.want.MainSet != nil},
-		{"prefill", ConditionPrefillWorkerWorkloadReady, w.want.PrefillSet != nil},
-	} {
-		if wl.wanted {
-			conds = append(conds, lwsCondition(wl.condition, w.sets[wl.role]))
-		}
+	if w.want.Prefill != nil {
+		conds = append(conds, deploymentCondition(ConditionPrefillWorkloadReady, w.deployments["prefill"]))
+	}
+	if w.want.MainSet != nil {
+		conds = append(conds, lwsCondition(ConditionWorkerWorkloadReady, w.sets["main"]))
+	}
+	if w.want.PrefillSet != nil {
+		conds = append(conds, lwsCondition(ConditionPrefillWorkerWorkloadReady, w.sets["prefill"]))
 	}
 	all := condition{Type: ConditionWorkloadsReady, Status: corev1.ConditionTrue, Reason: "WorkloadsReady"}
 	for _, c := range conds {
