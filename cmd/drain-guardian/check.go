@@ -19,12 +19,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/drain-guardian/drain-guardian/internal/check"
 	"github.com/drain-guardian/drain-guardian/internal/controller"
 	"github.com/drain-guardian/drain-guardian/internal/logging"
-	"github.com/drain-guardian/drain-guardian/internal/metrics"
 	"github.com/drain-guardian/drain-guardian/internal/options"
 	"github.com/drain-guardian/drain-guardian/internal/trigger"
 	"github.com/drain-guardian/drain-guardian/internal/version"
@@ -173,17 +171,16 @@ func runCheck(ctx context.Context, opts *options.Options, co *checkOptions) (*ch
 			return nil, fmt.Errorf("machineconfiguration client: %w", err)
 		}
 	}
-	// Predict records no Event; a recorder without a sink makes sure nothing could be sent anyway.
-	ctrl, err := controller.New(opts, clients, &events.FakeRecorder{}, metrics.New(), log)
+	informers, err := controller.NewInformers(opts, clients, log)
 	if err != nil {
 		return nil, err
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, co.timeout)
 	defer cancel()
-	if err := ctrl.Start(syncCtx); err != nil {
+	if err := informers.Start(syncCtx); err != nil {
 		return nil, fmt.Errorf("reading the cluster: %w (does the caller have the read-only access of manifests/base/rbac-check.yaml?)", err)
 	}
-	return ctrl.Predict(po)
+	return controller.Check(informers, log, po)
 }
 
 // fetchReadyTimes reads the observed replacement-ready times from a Prometheus text endpoint.

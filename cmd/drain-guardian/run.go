@@ -82,7 +82,12 @@ func run(ctx context.Context, opts *options.Options) error {
 	m := metrics.New()
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, "drain-guardian")
-	ctrl, err := controller.New(opts, controller.Clients{Kube: kube, MCO: mco, Dynamic: dyn, Discovery: kube.Discovery()}, recorder, m, log)
+	clients := controller.Clients{Kube: kube, MCO: mco, Dynamic: dyn, Discovery: kube.Discovery()}
+	informers, err := controller.NewInformers(opts, clients, log)
+	if err != nil {
+		return err
+	}
+	ctrl, err := controller.New(informers, clients, recorder, m, log)
 	if err != nil {
 		return err
 	}
@@ -116,7 +121,7 @@ func run(ctx context.Context, opts *options.Options) error {
 		return nil
 	})
 	g.Go(func() error {
-		if err := ctrl.Start(ctx); err != nil {
+		if err := informers.Start(ctx); err != nil {
 			return err
 		}
 		if !opts.LeaderElect {

@@ -5,7 +5,10 @@ import (
 	"time"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 
 	"github.com/drain-guardian/drain-guardian/internal/capacity"
 	"github.com/drain-guardian/drain-guardian/internal/check"
@@ -14,7 +17,7 @@ import (
 	"github.com/drain-guardian/drain-guardian/internal/options"
 )
 
-// PredictOptions are the inputs of Predict that do not come from the cluster.
+// PredictOptions are the inputs of a prediction (Check, and the daemon's) that do not come from the cluster.
 type PredictOptions struct {
 	// ReadyTimes are observed replacement-ready times by workload kind (see check.ReadyTimes).
 	ReadyTimes map[string]time.Duration
@@ -22,48 +25,56 @@ type PredictOptions struct {
 	ReadyEstimate time.Duration
 }
 
-// Predict reads the listers once and predicts, pool by pool, which pods would block the next
-// drains and what the guardian would do about each (see package check). It writes nothing, so
-// `drain-guardian check` can call it after Start without Run. It verifies the cached Surges first, as
-// a new leader does: a one-off check has verified none, and the capacity their replacements hold
-// would otherwise look free. (A Surge it rejects is reported as the daemon would; check's recorder
-// has no sink.)
-func (c *Controller) Predict(po PredictOptions) (*check.Report, error) {
-	c.verifySurges()
-	cl, err := c.snapshot()
+// Check is `drain-guardian check`: after inf.Start, it predicts once what the daemon's prediction
+// would (see predict). It builds no controller: no queue, no executor, no event handler; a recorder
+// without a sink takes the report of a Surge it rejects; nothing is written.
+func Check(inf *Informers, log *zap.Logger, po PredictOptions) (*check.Report, error) {
+	m, clk := metrics.New(), clock.RealClock{}
+	g := newGauges(m)
+	b := newBase(inf, &eventer{recorder: &events.FakeRecorder{}, log: log}, m, log, clk, g, newDrains(clk, g))
+	return (&poolReconciler{base: b}).predict(po)
+}
+
+// predict reads the listers once and predicts, pool by pool, which pods would block the next
+// drains and what the guardian would do about each (see package check). It writes nothing. It
+// verifies the cached Surges first, as a new leader does: a one-off check has verified none, and the
+// capacity their replacements hold would otherwise look free.
+func (r *poolReconciler) predict(po PredictOptions) (*check.Report, error) {
+	r.verifySurges()
+	cl, err := r.snapshot()
 	if err != nil {
 		return nil, err
 	}
-	r := check.Analyze(cl, check.Config{
-		NamespaceSelector: c.nsSelector, PoolSelector: c.poolSelector, Excludes: c.opts.Excludes,
-		MaxSurgeReplicas: int32(c.opts.MaxSurgeReplicas),
-		NilKeepsCount:    c.kserve.nilKeepsCount(),
-		HoldAll:          c.opts.Restore == string(options.RestorePool),
+	report := check.Analyze(cl, check.Config{
+		NamespaceSelector: r.nsSelector, PoolSelector: r.poolSelector, Excludes: r.opts.Excludes,
+		MaxSurgeReplicas: int32(r.opts.MaxSurgeReplicas),
+		NilKeepsCount:    r.kserve.nilKeepsCount(),
+		HoldAll:          r.opts.Restore == string(options.RestorePool),
 		ReadyTimes:       po.ReadyTimes, ReadyEstimate: po.ReadyEstimate,
 	})
-	if err := c.addPrepare(r); err != nil {
+	if err := r.addPrepare(report); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return report, nil
 }
 
 // addPrepare says, for every pool asked to be prepared, how far it is: its workloads that would stall
 // the update counted by the state the guardian's prepare decision leaves them in now (predictPrepare),
 // the same counts as drain_guardian_prepared_workloads and the pool's Events.
-func (c *Controller) addPrepare(r *check.Report) error {
-	if c.pools == nil {
+func (r *poolReconciler) addPrepare(report *check.Report) error {
+	if r.pools == nil {
 		return nil
 	}
 	// A stall waiting for capacity keeps prepared surges back. The daemon knows its own stalls; a
 	// one-off `check` reads them from its report: a pod on a node being drained that finds no room.
-	capacityWanted := c.drains.anyCapacityWanted() || stallWantsCapacity(r)
-	for i := range r.Pools {
-		p := &r.Pools[i]
-		pool, err := c.pools.Get(p.Name)
+	capacityWanted := r.demand.anyCapacityWanted() || stallWantsCapacity(report)
+	for i := range report.Pools {
+		p := &report.Pools[i]
+		pool, err := r.pools.Get(p.Name)
 		if err != nil || !guardian.PrepareRequested(pool) {
 			continue
 		}
-		pc, err := c.predictPrepare(pool, capacityWanted)
+		pc, err := r.predictPrepare(pool, capacityWanted)
 		if err != nil {
 			return fmt.Errorf("pool %s: %w", p.Name, err)
 		}
@@ -90,30 +101,30 @@ func stallWantsCapacity(r *check.Report) bool {
 }
 
 // snapshot lists what check.Analyze needs from the informer caches.
-func (c *Controller) snapshot() (check.Cluster, error) {
-	view := c.flight.view(c.surges.List())
-	cl := check.Cluster{Workloads: c.store, Pending: c.booked(view), Surge: c.surgeOf, Sources: capacity.Standard(c.devices()), DrainNeed: c.answers.need, Selectors: c.selectors}
+func (r *poolReconciler) snapshot() (check.Cluster, error) {
+	view := r.flight.view(r.surges.List())
+	cl := check.Cluster{Workloads: r.store, Pending: r.booked(view), Surge: r.surgeOf, Sources: capacity.Standard(r.devices()), DrainNeed: r.answers.need, Selectors: r.selectors}
 	var err error
-	if cl.Nodes, err = c.nodes.List(labels.Everything()); err != nil {
+	if cl.Nodes, err = r.nodes.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing nodes: %w", err)
 	}
-	if cl.Pods, err = c.pods.List(labels.Everything()); err != nil {
+	if cl.Pods, err = r.pods.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing pods: %w", err)
 	}
-	if cl.PDBs, err = c.pdbs.List(labels.Everything()); err != nil {
+	if cl.PDBs, err = r.pdbs.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
 	}
-	if cl.Namespaces, err = c.namespaces.List(labels.Everything()); err != nil {
+	if cl.Namespaces, err = r.namespaces.List(labels.Everything()); err != nil {
 		return cl, fmt.Errorf("listing namespaces: %w", err)
 	}
-	if c.pools != nil {
-		pools, err := c.pools.List(labels.Everything())
+	if r.pools != nil {
+		pools, err := r.pools.List(labels.Everything())
 		if err != nil {
 			return cl, fmt.Errorf("listing MachineConfigPools: %w", err)
 		}
 		// A non-nil list, even empty, keeps MCO mode: nodes outside every pool form "(no pool)".
 		cl.Pools = append([]*mcfgv1.MachineConfigPool{}, pools...)
 	}
-	cl.Rollouts = c.sources.rollouts()
+	cl.Rollouts = r.sources.rollouts()
 	return cl, nil
 }

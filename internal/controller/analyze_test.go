@@ -18,7 +18,7 @@ import (
 func TestPredictReadsOnly(t *testing.T) {
 	objs := append(model(1, "gpu-a"), namespace(ns), gpuNode("gpu-a"), gpuNode("gpu-b"), workerPool(false), pdb(0, 1, 1))
 	h := newHarness(t, nil, objs...)
-	r, err := h.c.Predict(PredictOptions{})
+	r, err := h.c.reconcile.pool.predict(PredictOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestPredictWithoutPools(t *testing.T) {
 	objs := append(model(1, "gpu-b"), namespace(ns), gpuNode("gpu-b"), gpuNode("gpu-a"), pdb(0, 1, 1))
 	h := newHarness(t, nil, objs...)
 	h.c.pools = nil
-	r, err := h.c.Predict(PredictOptions{})
+	r, err := h.c.reconcile.pool.predict(PredictOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

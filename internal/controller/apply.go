@@ -39,7 +39,7 @@ var stallReports = map[guardian.StallReason]stallReport{
 
 // applyStalls carries out the node's stall decisions: the only place on the stall path that records
 // Events, metrics, gauges and one-off reports. It returns when to look at the node again.
-func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, decisions []guardian.Decision, starts map[int]*surgeStart) (time.Duration, error) {
+func (r *nodeReconciler) applyStalls(ctx context.Context, obs *nodeObservation, decisions []guardian.Decision, starts map[int]*surgeStart) (time.Duration, error) {
 	stats := &nodeStats{pool: obs.pool, unresolvable: map[unresolvable]int{}}
 	var missing corev1.ResourceList
 	var after time.Duration
@@ -50,7 +50,7 @@ func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, deci
 		if d.SameAs >= 0 {
 			continue
 		}
-		retry, err := c.applyStall(ctx, obs, st, d, starts[i])
+		retry, err := r.applyStall(ctx, obs, st, d, starts[i])
 		after = shorter(after, retry)
 		if err != nil {
 			errs = append(errs, err)
@@ -59,11 +59,11 @@ func (c *Controller) applyStalls(ctx context.Context, obs *nodeObservation, deci
 			missing = addResources(missing, d.Missing)
 		}
 	}
-	c.drains.setNode(obs.node.Name, stats, missing)
+	r.drains.setNode(obs.node.Name, stats, missing)
 	if missing != nil {
 		// Capacity may free up: surges of the pool whose survivors are safe give theirs back (see
 		// guardian's lifecycle); the stall looks again after DeferRetry.
-		c.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Pool == obs.pool })
+		r.enqueueSurges(func(s *v1alpha1.Surge) bool { return s.Spec.Pool == obs.pool })
 	}
 	return after, errors.Join(errs...)
 }
@@ -85,33 +85,33 @@ func countStall(stats *nodeStats, obs *nodeObservation, d guardian.Decision) {
 }
 
 // applyStall carries out one workload's decision.
-func (c *Controller) applyStall(ctx context.Context, obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
+func (r *nodeReconciler) applyStall(ctx context.Context, obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
 	// A stall deferred for a slot queues for the next free one (see guardian's slot rule).
 	if d.Reason == guardian.StallDeferred {
-		c.flight.wait(guardian.WorkloadOf(st.Pod), st.Pod.Namespace)
+		r.flight.wait(guardian.WorkloadOf(st.Pod), st.Pod.Namespace)
 	} else {
-		c.flight.unwait(guardian.WorkloadOf(st.Pod))
+		r.flight.unwait(guardian.WorkloadOf(st.Pod))
 	}
 	switch d.Outcome {
 	case guardian.OutcomeSurge:
-		return c.applyStart(obs, st, d, start)
+		return r.applyStart(obs, st, d, start)
 	case guardian.OutcomeCovered:
-		c.enqueueSurge(d.Existing)
+		r.enqueueSurge(d.Existing)
 	case guardian.OutcomeCleanup:
-		c.enqueueSurge(d.Existing)
-		return d.RetryAfter, c.exec.deleteSurge(ctx, d.Existing)
+		r.enqueueSurge(d.Existing)
+		return d.RetryAfter, r.exec.deleteSurge(ctx, d.Existing)
 	case guardian.OutcomeIgnore:
 		if d.InScope {
-			c.log.Debug("workload opted out", zap.String("pod", st.Pod.Namespace+"/"+st.Pod.Name), zap.String("node", obs.node.Name))
+			r.log.Debug("workload opted out", zap.String("pod", st.Pod.Namespace+"/"+st.Pod.Name), zap.String("node", obs.node.Name))
 		}
 	case guardian.OutcomeDefer, guardian.OutcomeUnresolvable:
 		if d.Reason == guardian.StallUnknown {
 			return 0, fmt.Errorf("pod %s/%s: %w", st.Pod.Namespace, st.Pod.Name, st.Owner.Err)
 		}
 		if d.Existing != nil {
-			c.enqueueSurge(d.Existing)
+			r.enqueueSurge(d.Existing)
 		}
-		c.reportStall(obs, st, d)
+		r.reportStall(obs, st, d)
 	}
 	return d.RetryAfter, nil
 }
@@ -122,35 +122,35 @@ func stallKey(obs *nodeObservation, st *guardian.Stall, what string) string {
 }
 
 // reportStall reports a stall not surged, once, as stallReports says.
-func (c *Controller) reportStall(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) {
-	r, ok := stallReports[d.Reason]
-	if !ok || !c.reports.once(obs.node.Name, stallKey(obs, st, d.Reason.String())) {
+func (r *nodeReconciler) reportStall(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) {
+	rep, ok := stallReports[d.Reason]
+	if !ok || !r.reports.once(obs.node.Name, stallKey(obs, st, d.Reason.String())) {
 		return
 	}
-	if r.skipped {
-		c.metrics.Lookahead.WithLabelValues(lookaheadSkipped).Inc()
-		c.log.Info("not surging ahead", zap.String("why", d.Detail),
+	if rep.skipped {
+		r.metrics.Lookahead.WithLabelValues(lookaheadSkipped).Inc()
+		r.log.Info("not surging ahead", zap.String("why", d.Detail),
 			zap.String("pod", st.Pod.Namespace+"/"+st.Pod.Name), zap.String("node", obs.node.Name))
 		return
 	}
-	if r.failed {
-		c.metrics.StallsFailed.WithLabelValues(obs.pool, d.Regarding.Kind, d.Reason.EventReason()).Inc()
+	if rep.failed {
+		r.metrics.StallsFailed.WithLabelValues(obs.pool, d.Regarding.Kind, d.Reason.EventReason()).Inc()
 	}
-	c.event(d.Regarding, r.eventType, d.Reason.EventReason(), r.action, "Pod %s %s node %s (PDB %s allows no disruption) and is not surged: %s",
+	r.event(d.Regarding, rep.eventType, d.Reason.EventReason(), rep.action, "Pod %s %s node %s (PDB %s allows no disruption) and is not surged: %s",
 		st.Pod.Name, blocksVerb(obs.wave.Drain), obs.node.Name, st.PDB.Name, d.Detail)
 }
 
 // applyStart reports a surge started (or, in dry-run, one that would be).
-func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
+func (r *nodeReconciler) applyStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision, start *surgeStart) (time.Duration, error) {
 	pod, node, drain := st.Pod, obs.node.Name, obs.wave.Drain
 	trigger := drain.Trigger
 	change, kind := guardian.DescribeFields(d.Fields), d.Regarding.Kind
 	switch {
 	case errors.Is(start.err, errDryRun):
-		if c.reports.once(node, stallKey(obs, st, ReasonDryRun)) {
-			c.event(d.Regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
+		if r.reports.once(node, stallKey(obs, st, ReasonDryRun)) {
+			r.event(d.Regarding, corev1.EventTypeNormal, ReasonDryRun, actionSurge,
 				"Dry run: pod %s %s node %s (PDB %s); would surge %s", pod.Name, blocksVerb(drain), node, st.PDB.Name, change)
-			c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
+			r.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
 		}
 		return 0, nil
 	case apierrors.IsAlreadyExists(start.err):
@@ -158,19 +158,19 @@ func (c *Controller) applyStart(obs *nodeObservation, st *guardian.Stall, d guar
 	case start.err != nil:
 		return 0, start.err
 	}
-	c.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
+	r.metrics.StallsDetected.WithLabelValues(obs.pool, kind, string(trigger)).Inc()
 	detected := ReasonStallDetected
 	if ahead(drain) {
 		detected = ReasonStallPredicted
 	}
 	if drain.Lookahead() {
-		c.metrics.Lookahead.WithLabelValues(lookaheadSurged).Inc()
+		r.metrics.Lookahead.WithLabelValues(lookaheadSurged).Inc()
 	}
-	c.event(d.Regarding, corev1.EventTypeNormal, detected, actionDetect,
+	r.event(d.Regarding, corev1.EventTypeNormal, detected, actionDetect,
 		"Pod %s %s node %s: PDB %s allows no disruption", pod.Name, blocksVerb(drain), node, st.PDB.Name)
-	c.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
+	r.event(d.Regarding, corev1.EventTypeNormal, ReasonSurgeStarted, actionSurge,
 		"Surging %s so that a replacement runs elsewhere before node %s drains (Surge %s)", change, node, start.surge.Name)
-	c.enqueueSurge(start.surge)
+	r.enqueueSurge(start.surge)
 	return 0, nil
 }
 

@@ -51,7 +51,7 @@ func BenchmarkSyncDrainingNode(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := h.c.syncNode(b.Context(), "w0"); err != nil {
+		if _, err := h.c.reconcile.node.sync(b.Context(), "w0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func BenchmarkSyncIdleNode(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := h.c.syncNode(b.Context(), "w1"); err != nil {
+		if _, err := h.c.reconcile.node.sync(b.Context(), "w1"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -414,7 +414,7 @@ func TestConflictOnFieldWriteIsDecidedAgain(t *testing.T) {
 			})
 			h.syncNode("w1")
 			h.refresh()
-			after, err := h.c.syncSurge(context.Background(), types.NamespacedName{Namespace: ns, Name: depSurge})
+			after, err := h.c.reconcile.surge.sync(context.Background(), types.NamespacedName{Namespace: ns, Name: depSurge})
 			if err != nil || after <= 0 {
 				t.Fatalf("a conflict must requeue quietly to decide again: after %v, err %v", after, err)
 			}
@@ -486,7 +486,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 // the Surge, not even of a Surge whose workload is gone.
 func TestDryRunLeavesAnEarlierRunsStateAlone(t *testing.T) {
 	h := preparedAndReady(t)
-	h.c.exec.dryRun = true
+	h.c.reconcile.node.exec.dryRun = true
 	h.kube.ClearActions()
 	h.dyn.ClearActions()
 	h.events()
@@ -674,7 +674,7 @@ func TestOptOutAndScopeAreRespected(t *testing.T) {
 
 func TestMaxConcurrentSurgesDefersNewSurges(t *testing.T) {
 	h := newHarness(t, func(o *options.Options) { o.MaxConcurrentSurge = 1 }, stalled()...)
-	h.c.flight.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}}, nil)
+	h.c.reconcile.node.flight.created(&v1alpha1.Surge{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "deployment-x"}}, nil)
 	if after := h.syncNode("w1"); after <= 0 {
 		t.Fatal("a deferred surge must be retried")
 	}

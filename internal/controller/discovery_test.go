@@ -28,9 +28,8 @@ func serveKServe(h *harness, llmVersions ...string) {
 		kinds[schema.GroupVersionResource{Group: "serving.kserve.io", Version: v, Resource: "llminferenceservices"}] = "LLMInferenceServiceList"
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), kinds)
-	h.c.clients.Dynamic = dyn
-	h.c.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	h.c.kserve.factory = h.c.dynamicFactory
+	h.c.informers.dynamicFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	h.c.kserve.factory = h.c.informers.dynamicFactory
 }
 
 func TestKServeDiscovery(t *testing.T) {

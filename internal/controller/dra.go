@@ -16,36 +16,31 @@ import (
 // cluster serves it: ResourceSlices, ResourceClaims, ResourceClaimTemplates and DeviceClasses,
 // slimmed to what the device count reads. A cluster without DRA costs nothing: no informer, and
 // the capacity ledger counts node allocatable only.
-func (c *Controller) watchDevices() error {
-	served, err := servesResource(c.clients.Discovery, resourcev1.SchemeGroupVersion.String(), "resourceslices")
+func (i *Informers) watchDevices() error {
+	served, err := servesResource(i.clients.Discovery, resourcev1.SchemeGroupVersion.String(), "resourceslices")
 	if err != nil {
 		return fmt.Errorf("discovering %s: %w", resourcev1.SchemeGroupVersion, err)
 	}
 	if !served {
-		c.log.Info("Dynamic Resource Allocation is not served by this cluster: capacity counts node allocatable only",
+		i.log.Info("Dynamic Resource Allocation is not served by this cluster: capacity counts node allocatable only",
 			zap.String("groupVersion", resourcev1.SchemeGroupVersion.String()))
 		return nil
 	}
-	c.draFactory = informers.NewSharedInformerFactoryWithOptions(c.clients.Kube, c.opts.ResyncPeriod, informers.WithTransform(dra.Slim))
-	r := c.draFactory.Resource().V1()
-	c.dra = &dra.Listers{
+	i.draFactory = informers.NewSharedInformerFactoryWithOptions(i.clients.Kube, i.opts.ResyncPeriod, informers.WithTransform(dra.Slim))
+	r := i.draFactory.Resource().V1()
+	i.view.dra = &draCaches{listers: dra.Listers{
 		Slices: r.ResourceSlices().Lister(), Claims: r.ResourceClaims().Lister(),
 		Templates: r.ResourceClaimTemplates().Lister(), Classes: r.DeviceClasses().Lister(),
-	}
-	for _, inf := range []cache.SharedIndexInformer{
-		r.ResourceSlices().Informer(), r.ResourceClaims().Informer(), r.ResourceClaimTemplates().Informer(), r.DeviceClasses().Informer(),
-	} {
-		c.synced = append(c.synced, inf.HasSynced)
-	}
-	if _, err := r.ResourceClaims().Informer().AddEventHandler(c.claimHandler()); err != nil {
-		return err
-	}
-	if _, err := r.ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.onDevicesFreed() },
-		UpdateFunc: func(any, any) { c.onDevicesFreed() },
-	}); err != nil {
-		return err
-	}
+	}}
+	i.register(r.ResourceClaims().Informer(), (*Controller).claimHandler)
+	i.register(r.ResourceSlices().Informer(), func(c *Controller) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.onDevicesFreed() },
+			UpdateFunc: func(any, any) { c.onDevicesFreed() },
+		}
+	})
+	i.register(r.ResourceClaimTemplates().Informer(), nil)
+	i.register(r.DeviceClasses().Informer(), nil)
 	return nil
 }
 
@@ -75,17 +70,24 @@ func allocated(obj any) bool {
 	return ok && claim.Status.Allocation != nil
 }
 
+// draCaches is what the view reads of DRA: the listers, and the device inventory rebuilt when they
+// change.
+type draCaches struct {
+	listers   dra.Listers
+	inventory dra.InventoryCache
+}
+
 // devices is the capacity source of DRA devices (see capacity.Devices), read from the caches now;
 // nil when the cluster serves no DRA or a cache cannot be listed (the ledger then counts node
 // allocatable only, as before DRA).
-func (c *Controller) devices() *capacity.Devices {
-	if c.dra == nil {
+func (b *base) devices() *capacity.Devices {
+	if b.dra == nil {
 		return nil
 	}
-	inv, err := c.inventory.Inventory(*c.dra)
+	inv, err := b.dra.inventory.Inventory(b.dra.listers)
 	if err != nil {
-		c.log.Info("listing the DRA caches failed: devices are not counted", zap.Error(err))
+		b.log.Info("listing the DRA caches failed: devices are not counted", zap.Error(err))
 		return nil
 	}
-	return &capacity.Devices{Inventory: inv, Objects: *c.dra, UnknownFits: c.opts.DRAUnknownFits}
+	return &capacity.Devices{Inventory: inv, Objects: b.dra.listers, UnknownFits: b.opts.DRAUnknownFits}
 }

@@ -192,7 +192,7 @@ func TestDRAPredictedMissingDevice(t *testing.T) {
 	// With w2's GPU free the surge is predicted to take it.
 	objs = draCluster(fromTemplate, false, false)
 	objs[1], objs[3] = draNode("w1"), workerPool(false)
-	r, err := newHarnessServing(t, nil, []*metav1.APIResourceList{draAPI}, objs...).c.Predict(PredictOptions{})
+	r, err := newHarnessServing(t, nil, []*metav1.APIResourceList{draAPI}, objs...).c.reconcile.pool.predict(PredictOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

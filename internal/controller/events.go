@@ -69,8 +69,8 @@ func (e *eventer) event(regarding runtime.Object, eventType, reason, action, for
 }
 
 // event records an Event through the controller's eventer.
-func (c *Controller) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
-	c.events.event(regarding, eventType, reason, action, format, args...)
+func (b *base) event(regarding runtime.Object, eventType, reason, action, format string, args ...any) {
+	b.events.event(regarding, eventType, reason, action, format, args...)
 }
 
 func describe(obj runtime.Object) string {

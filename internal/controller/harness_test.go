@@ -112,12 +112,16 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 	}
 	m := metrics.New()
 	rec := events.NewFakeRecorder(100)
-	c, err := New(opts, Clients{Kube: kube, MCO: mcoClient, Dynamic: dyn, Discovery: kube.Discovery()}, rec, m, zap.NewNop())
+	clk := clocktesting.NewFakeClock(t0)
+	clients := Clients{Kube: kube, MCO: mcoClient, Dynamic: dyn, Discovery: kube.Discovery()}
+	inf, err := newInformers(opts, clients, zap.NewNop(), clk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clocktesting.NewFakeClock(t0)
-	c.setClock(clk)
+	c, err := newController(inf, clients, rec, m, zap.NewNop(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The tests play the leader: Run would set this.
 	c.gauges.setLeading(true)
 	h := &harness{t: t, c: c, kube: kube, mco: mcoClient, dyn: dyn, recorder: rec, metrics: m, clock: clk}
@@ -129,7 +133,7 @@ func restart(t *testing.T, mutate func(*options.Options), kube *fake.Clientset, 
 func (h *harness) refresh() {
 	h.t.Helper()
 	ctx := context.Background()
-	f := h.c.kubeFactory
+	f := h.c.informers.kubeFactory
 	transform := slim
 	fill := func(idx cache.Indexer, items []runtime.Object) {
 		if err := idx.Replace(nil, ""); err != nil {
@@ -166,16 +170,16 @@ func (h *harness) refresh() {
 	fill(f.Apps().V1().StatefulSets().Informer().GetIndexer(), toObjs(sss.Items))
 	hpas, _ := h.kube.AutoscalingV2().HorizontalPodAutoscalers("").List(ctx, metav1.ListOptions{})
 	fill(f.Autoscaling().V2().HorizontalPodAutoscalers().Informer().GetIndexer(), toObjs(hpas.Items))
-	if h.c.mcoFactory != nil {
+	if h.c.informers.mcoFactory != nil {
 		pools, _ := h.mco.MachineconfigurationV1().MachineConfigPools().List(ctx, metav1.ListOptions{})
-		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
+		fill(h.c.informers.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer().GetIndexer(), toObjs(pools.Items))
 		mcns, _ := h.mco.MachineconfigurationV1().MachineConfigNodes().List(ctx, metav1.ListOptions{})
-		fill(h.c.mcoFactory.Machineconfiguration().V1().MachineConfigNodes().Informer().GetIndexer(), toObjs(mcns.Items))
+		fill(h.c.informers.mcoFactory.Machineconfiguration().V1().MachineConfigNodes().Informer().GetIndexer(), toObjs(mcns.Items))
 		if rc := h.c.answers.rendered; rc != nil {
 			h.fillRendered(rc)
 		}
 	}
-	if r := h.c.draFactory; r != nil {
+	if r := h.c.informers.draFactory; r != nil {
 		transform = dra.Slim
 		slices, _ := h.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		fill(r.Resource().V1().ResourceSlices().Informer().GetIndexer(), toObjs(slices.Items))
@@ -237,7 +241,7 @@ func toObjs[T any, PT interface {
 
 func (h *harness) syncNode(name string) time.Duration {
 	h.t.Helper()
-	after, err := h.c.syncNode(context.Background(), name)
+	after, err := h.c.reconcile.node.sync(context.Background(), name)
 	if err != nil && !errors.Is(err, errDryRun) && !errors.Is(err, errSurgeGone) {
 		h.t.Fatalf("syncNode(%s): %v", name, err)
 	}
@@ -247,7 +251,7 @@ func (h *harness) syncNode(name string) time.Duration {
 // syncSurge runs one sync of the Surge (one decision, at most one write).
 func (h *harness) syncSurge(name string) time.Duration {
 	h.t.Helper()
-	after, err := h.c.syncSurge(context.Background(), types.NamespacedName{Namespace: ns, Name: name})
+	after, err := h.c.reconcile.surge.sync(context.Background(), types.NamespacedName{Namespace: ns, Name: name})
 	if err != nil && !errors.Is(err, errDryRun) && !errors.Is(err, errSurgeGone) {
 		h.t.Fatalf("syncSurge(%s): %v", name, err)
 	}
@@ -517,7 +521,7 @@ const depSurge = "deployment-model"
 func (h *harness) fillRendered(rc *renderedConfigs) {
 	h.t.Helper()
 	ctx := context.Background()
-	idx := h.c.mcoFactory.Machineconfiguration().V1().MachineConfigs().Informer().GetIndexer()
+	idx := h.c.informers.mcoFactory.Machineconfiguration().V1().MachineConfigs().Informer().GetIndexer()
 	mcs, _ := h.mco.MachineconfigurationV1().MachineConfigs().List(ctx, metav1.ListOptions{})
 	var objs []any
 	for i := range mcs.Items {

@@ -41,13 +41,12 @@ type kserveAPIs struct {
 	v1alpha2 bool
 }
 
-func newKServeAPIs(c *Controller) *kserveAPIs {
+// newKServeAPIs discovers KServe kinds through d and watches them through factory. The controller
+// sets handler and synced before Start (see New); a one-off `check` sets neither.
+func newKServeAPIs(d discovery.DiscoveryInterface, factory dynamicinformer.DynamicSharedInformerFactory, opts *options.Options, log *zap.Logger) *kserveAPIs {
 	return &kserveAPIs{
-		discovery: c.clients.Discovery, factory: c.dynamicFactory, nilSemantics: options.LLMNilSemantics(c.opts.LLMNilSemantics),
-		handler: func(kind workload.Kind) cache.ResourceEventHandler { return c.handler(c.onScalable(kind)) },
-		// Pods blocked before the kind was known were reported as unsupported: look again.
-		synced: c.enqueueWatchedNodes,
-		log:    c.log, apis: map[workload.Kind]*kserveAPI{},
+		discovery: d, factory: factory, nilSemantics: options.LLMNilSemantics(opts.LLMNilSemantics),
+		log: log, apis: map[workload.Kind]*kserveAPI{},
 	}
 }
 
@@ -117,9 +116,11 @@ func (k *kserveAPIs) discover(ctx context.Context) error {
 func (k *kserveAPIs) start(ctx context.Context, kind workload.Kind, gvr schema.GroupVersionResource) {
 	inf := k.factory.ForResource(gvr).Informer()
 	_ = inf.SetTransform(slimKServe)
-	if _, err := inf.AddEventHandler(k.handler(kind)); err != nil {
-		k.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
-		return
+	if k.handler != nil {
+		if _, err := inf.AddEventHandler(k.handler(kind)); err != nil {
+			k.log.Error("cannot watch KServe kind", zap.String("kind", string(kind)), zap.Error(err))
+			return
+		}
 	}
 	api := &kserveAPI{gvr: gvr, inf: inf}
 	k.mu.Lock()
@@ -128,7 +129,7 @@ func (k *kserveAPIs) start(ctx context.Context, kind workload.Kind, gvr schema.G
 	k.factory.Start(ctx.Done())
 	k.log.Info("watching KServe kind", zap.String("kind", string(kind)), zap.String("version", gvr.Version))
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) && k.synced != nil {
 			k.synced()
 		}
 	}()

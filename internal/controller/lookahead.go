@@ -23,14 +23,14 @@ const (
 // predicted reports whether the MCO is about to update node: it is among the next --lookahead nodes
 // the pool's node controller will target (mco.PredictTargets), or it is targeted already (the
 // prediction came true; its drain follows).
-func (c *Controller) predicted(node *corev1.Node, pool *mcfgv1.MachineConfigPool) bool {
-	if c.cfg.Lookahead == 0 || pool == nil || !mco.PoolUpdating(pool) {
+func (b *base) predicted(node *corev1.Node, pool *mcfgv1.MachineConfigPool) bool {
+	if b.cfg.Lookahead == 0 || pool == nil || !mco.PoolUpdating(pool) {
 		return false
 	}
 	if st := mco.ReadNode(node); st.Targeted() && st.DesiredConfig == pool.Spec.Configuration.Name {
 		return true
 	}
-	for _, n := range c.plan(pool).Next(c.cfg.Lookahead) {
+	for _, n := range b.plan(pool).Next(b.cfg.Lookahead) {
 		if n.Name == node.Name {
 			return true
 		}
@@ -40,14 +40,14 @@ func (c *Controller) predicted(node *corev1.Node, pool *mcfgv1.MachineConfigPool
 
 // plan predicts the node controller's next moves for pool. The prediction reads every node: it is
 // made once per pool and kept until a node or pool changes (planCache).
-func (c *Controller) plan(pool *mcfgv1.MachineConfigPool) mco.Plan {
-	if p, ok := c.plans.get(pool); ok {
+func (v *view) plan(pool *mcfgv1.MachineConfigPool) mco.Plan {
+	if p, ok := v.plans.get(pool); ok {
 		return p
 	}
-	nodes, _ := c.nodes.List(labels.Everything())
-	pools, _ := c.pools.List(labels.Everything())
+	nodes, _ := v.nodes.List(labels.Everything())
+	pools, _ := v.pools.List(labels.Everything())
 	p := mco.PredictTargets(pool, mco.NodesInPool(pool, pools, nodes))
-	c.plans.put(pool, p)
+	v.plans.put(pool, p)
 	return p
 }
 
@@ -88,14 +88,14 @@ func (pc *planCache) invalidate() {
 // enqueuePredicted re-examines the nodes the pool will update next: a node of the pool starting or
 // finishing its update moves the prediction along.
 func (c *Controller) enqueuePredicted(node *corev1.Node) {
-	if c.cfg.Lookahead == 0 {
+	if c.opts.Lookahead == 0 {
 		return
 	}
 	pool := c.poolFor(node)
 	if pool == nil || !mco.PoolUpdating(pool) {
 		return
 	}
-	for _, n := range c.plan(pool).Next(c.cfg.Lookahead) {
+	for _, n := range c.plan(pool).Next(c.opts.Lookahead) {
 		c.enqueueNode(n.Name)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	mcfglisters "github.com/openshift/client-go/machineconfiguration/listers/machineconfiguration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
 	"github.com/drain-guardian/drain-guardian/internal/mco"
@@ -79,21 +80,18 @@ func (a *mcdAnswers) invalidate() {
 // watchMachineConfigNodes reads MachineConfigNodes when the cluster serves them (OpenShift 4.19 and
 // later): they carry the daemon's answer about a second after the targeting, a second or two
 // before the drain request on the node.
-func (c *Controller) watchMachineConfigNodes() error {
-	served, err := servesResource(c.clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfignodes")
+func (i *Informers) watchMachineConfigNodes() error {
+	served, err := servesResource(i.clients.Discovery, "machineconfiguration.openshift.io/v1", "machineconfignodes")
 	if err != nil || !served {
 		if err == nil {
-			c.log.Info("MachineConfigNodes are not served: whether an update drains is read from the node annotations only")
+			i.log.Info("MachineConfigNodes are not served: whether an update drains is read from the node annotations only")
 		}
 		return err
 	}
-	inf := c.mcoFactory.Machineconfiguration().V1().MachineConfigNodes()
-	c.answers.mcns = inf.Lister()
-	if _, err := inf.Informer().AddEventHandler(c.handler(c.onMachineConfigNode)); err != nil {
-		return err
-	}
-	c.synced = append(c.synced, inf.Informer().HasSynced)
-	return c.watchRenderedConfigs()
+	inf := i.mcoFactory.Machineconfiguration().V1().MachineConfigNodes()
+	i.view.answers.mcns = inf.Lister()
+	i.register(inf.Informer(), func(c *Controller) cache.ResourceEventHandler { return c.handler(c.onMachineConfigNode) })
+	return i.watchRenderedConfigs()
 }
 
 // onMachineConfigNode re-examines the node (its update may now be known to drain, or not), its

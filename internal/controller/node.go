@@ -26,44 +26,44 @@ type nodeObservation struct {
 	wave guardian.Wave
 }
 
-// syncNode finds the pods a PDB keeps on a node that is being (or is about to be) drained and acts
+// sync finds the pods a PDB keeps on a node that is being (or is about to be) drained and acts
 // on them: observe (listers, once), decide (guardian.DecideStalls, under the executor's admission
 // with the surges it starts), apply (Events, metrics, gauges, requeue).
-func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, error) {
-	obs, after, err := c.nodeUnderDrain(name)
+func (r *nodeReconciler) sync(ctx context.Context, name string) (time.Duration, error) {
+	obs, after, err := r.nodeUnderDrain(name)
 	if obs == nil || err != nil {
 		return after, err
 	}
-	if err := c.observeStalls(obs); err != nil {
+	if err := r.observeStalls(obs); err != nil {
 		return 0, err
 	}
-	decisions, starts := c.decideStalls(ctx, obs)
-	return c.applyStalls(ctx, obs, decisions, starts)
+	decisions, starts := r.decideStalls(ctx, obs)
+	return r.applyStalls(ctx, obs, decisions, starts)
 }
 
 // nodeUnderDrain reads the node and its drain; nil when it is not under drain (and when to look
 // again if that may change by itself).
-func (c *Controller) nodeUnderDrain(name string) (*nodeObservation, time.Duration, error) {
-	node, err := c.nodes.Get(name)
+func (r *nodeReconciler) nodeUnderDrain(name string) (*nodeObservation, time.Duration, error) {
+	node, err := r.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.forgetNode(name)
-		c.cordons.forget(name)
+		r.forgetNode(name)
+		r.cordons.forget(name)
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	pool := c.poolFor(node)
-	if pool != nil && !c.poolSelector.Matches(labels.Set(pool.Labels)) {
-		c.forgetNode(name)
+	pool := r.poolFor(node)
+	if pool != nil && !r.poolSelector.Matches(labels.Set(pool.Labels)) {
+		r.forgetNode(name)
 		return nil, 0, nil
 	}
 	if !node.Spec.Unschedulable {
-		c.cordons.forget(name)
+		r.cordons.forget(name)
 	}
-	drain, _ := c.nodeSignals(node, c.nodeDrain(node, pool, c.predicted(node, pool), c.clock.Now()))
+	drain, _ := r.nodeSignals(node, r.nodeDrain(node, pool, r.predicted(node, pool), r.clock.Now()))
 	if drain.Trigger == "" {
-		c.forgetNode(name)
+		r.forgetNode(name)
 		return nil, drain.RecheckAfter, nil
 	}
 	obs := &nodeObservation{node: node, wave: guardian.Wave{Node: name, Drain: drain, PoolSelected: true}}
@@ -75,9 +75,9 @@ func (c *Controller) nodeUnderDrain(name string) (*nodeObservation, time.Duratio
 
 // forgetNode forgets a node that is not under drain (any more): its counts, its capacity wanted and
 // its one-off reports, so that its next drain is reported afresh.
-func (c *Controller) forgetNode(name string) {
-	c.drains.setNode(name, nil, nil)
-	c.reports.forgetNode(name)
+func (r *nodeReconciler) forgetNode(name string) {
+	r.drains.setNode(name, nil, nil)
+	r.reports.forgetNode(name)
 }
 
 // pdbStatusBehind reports whether the PDB's status counts fewer healthy pods than the cache holds.
@@ -125,15 +125,15 @@ func (l *poolLookup) of(node *corev1.Node) *mcfgv1.MachineConfigPool {
 
 // inScope applies the platform exclusion (options.Excludes), --namespace-selector and the namespace
 // opt-out annotation.
-func (c *Controller) inScope(namespace string) bool {
-	if c.opts.Excludes(namespace) {
+func (b *base) inScope(namespace string) bool {
+	if b.opts.Excludes(namespace) {
 		return false
 	}
-	ns, err := c.namespaces.Get(namespace)
+	ns, err := b.namespaces.Get(namespace)
 	if err != nil {
 		return false
 	}
-	return c.nsSelector.Matches(labels.Set(ns.Labels)) && !workload.IgnoredByAnnotation(ns.Annotations)
+	return b.nsSelector.Matches(labels.Set(ns.Labels)) && !workload.IgnoredByAnnotation(ns.Annotations)
 }
 
 // readyElsewhere counts Ready pods, not being deleted, off the given node.

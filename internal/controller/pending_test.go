@@ -32,7 +32,7 @@ func TestPendingSurgeIsNotDroppedWhileTheCacheLagsItsOwnWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.c.kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Update(slimmed.(*corev1.Node)); err != nil {
+	if err := h.c.informers.kubeFactory.Core().V1().Nodes().Informer().GetIndexer().Update(slimmed.(*corev1.Node)); err != nil {
 		t.Fatal(err)
 	}
 	h.syncSurge(depSurge)

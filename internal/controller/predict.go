@@ -82,11 +82,11 @@ func (c *Controller) runPredictions(ctx context.Context) {
 // function removes the handlers.
 func (c *Controller) watchPredictionInputs(poke func(any)) (stop func()) {
 	informers := []cache.SharedIndexInformer{
-		c.kubeFactory.Core().V1().Nodes().Informer(), c.kubeFactory.Core().V1().Pods().Informer(),
-		c.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.kubeFactory.Core().V1().Namespaces().Informer(),
+		c.informers.kubeFactory.Core().V1().Nodes().Informer(), c.informers.kubeFactory.Core().V1().Pods().Informer(),
+		c.informers.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.informers.kubeFactory.Core().V1().Namespaces().Informer(),
 	}
-	if c.mcoFactory != nil {
-		informers = append(informers, c.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
+	if c.informers.mcoFactory != nil {
+		informers = append(informers, c.informers.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
 	}
 	var removes []func()
 	for _, inf := range informers {
@@ -106,7 +106,7 @@ func (c *Controller) watchPredictionInputs(poke func(any)) (stop func()) {
 
 // newPredictor builds the periodic prediction over the controller's caches.
 func (c *Controller) newPredictor() *predictor {
-	return &predictor{analyze: c.Predict, metrics: c.metrics, log: c.log, events: c.events, reported: map[string]bool{}}
+	return &predictor{analyze: c.reconcile.pool.predict, metrics: c.metrics, log: c.log, events: c.reconcile.pool.events, reported: map[string]bool{}}
 }
 
 // predict renews the prediction once: gauges, then Events.

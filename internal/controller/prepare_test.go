@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/drain-guardian/drain-guardian/api/v1alpha1"
@@ -37,7 +37,7 @@ func preparedPool(extra ...runtime.Object) []runtime.Object {
 
 func (h *harness) syncPool() {
 	h.t.Helper()
-	if _, err := h.c.syncPool(context.Background(), "worker"); err != nil && !errors.Is(err, errDryRun) && !errors.Is(err, errSurgeGone) {
+	if _, err := h.c.reconcile.pool.sync(context.Background(), "worker"); err != nil && !errors.Is(err, errDryRun) && !errors.Is(err, errSurgeGone) {
 		h.t.Fatalf("syncPool: %v", err)
 	}
 	h.refresh()
@@ -270,7 +270,7 @@ func TestPrepareAfterRestartFinishesTheSurgeMade(t *testing.T) {
 // checkPrepare is what `check` says of the worker pool being prepared.
 func (h *harness) checkPrepare() *check.Prepare {
 	h.t.Helper()
-	r, err := h.c.Predict(PredictOptions{})
+	r, err := h.c.reconcile.pool.predict(PredictOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestReadMachineConfigsKnowsAheadThatAnUpdateDoesNotDrain(t *testing.T) {
 			if surged := h.surge(depSurge) != nil; surged != tc.wantSurge {
 				t.Fatalf("surged %v, want %v", surged, tc.wantSurge)
 			}
-			report, err := h.c.Predict(PredictOptions{})
+			report, err := h.c.reconcile.pool.predict(PredictOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -50,14 +50,14 @@ func (pc *prepareCounts) why() string {
 // reportPrepared records the pool's readiness Event: PoolPrepared once every workload that would
 // stall its update is prepared, PoolPreparing while some are being prepared, else PoolPartlyPrepared;
 // with the counts and what waits.
-func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config string, pc prepareCounts) {
+func (r *poolReconciler) reportPrepared(pool *mcfgv1.MachineConfigPool, config string, pc prepareCounts) {
 	total := 0
 	for _, n := range pc.byState {
 		total += n
 	}
 	ready := pc.byState[metrics.PreparedReady]
 	if ready == total {
-		c.reportPrepare(pool, corev1.EventTypeNormal, ReasonPoolPrepared,
+		r.reportPrepare(pool, corev1.EventTypeNormal, ReasonPoolPrepared,
 			"Pool %s is prepared for %s: %d of %d workloads that would stall its update have a Ready extra replica", pool.Name, config, ready, total)
 		return
 	}
@@ -66,25 +66,25 @@ func (c *Controller) reportPrepared(pool *mcfgv1.MachineConfigPool, config strin
 		eventType = corev1.EventTypeWarning
 	}
 	if pc.byState[metrics.PreparedStarting] == 0 {
-		c.reportPrepare(pool, eventType, ReasonPoolPartlyPrepared,
+		r.reportPrepare(pool, eventType, ReasonPoolPartlyPrepared,
 			"Pool %s is prepared for %s as far as it can be now: %d of %d workloads that would stall its update prepared, %d waiting, %d unresolvable: %s",
 			pool.Name, config, ready, total, pc.byState[metrics.PreparedWaiting], pc.byState[metrics.PreparedUnresolvable], pc.why())
 		return
 	}
-	c.reportPrepare(pool, eventType, ReasonPoolPreparing,
+	r.reportPrepare(pool, eventType, ReasonPoolPreparing,
 		"Pool %s prepares for %s: %d of %d workloads that would stall its update prepared, %d preparing, %d waiting, %d unresolvable: %s",
 		pool.Name, config, ready, total, pc.byState[metrics.PreparedStarting], pc.byState[metrics.PreparedWaiting],
 		pc.byState[metrics.PreparedUnresolvable], pc.why())
 }
 
 // reportPrepare records an Event on the pool when its note differs from the last one recorded.
-func (c *Controller) reportPrepare(pool *mcfgv1.MachineConfigPool, eventType, reason, format string, args ...any) {
+func (r *poolReconciler) reportPrepare(pool *mcfgv1.MachineConfigPool, eventType, reason, format string, args ...any) {
 	note := fmt.Sprintf(format, args...)
-	if !c.preparations.changed(pool.Name, reason+note) {
+	if !r.preparations.changed(pool.Name, reason+note) {
 		return
 	}
 	ref := &corev1.ObjectReference{APIVersion: mcfgv1.GroupVersion.String(), Kind: "MachineConfigPool", Name: pool.Name, UID: pool.UID}
-	c.event(ref, eventType, reason, actionPrepare, "%s", note)
+	r.event(ref, eventType, reason, actionPrepare, "%s", note)
 }
 
 // preparations remembers, per pool being prepared, the last Event recorded and the states gauged,

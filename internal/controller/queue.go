@@ -30,11 +30,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	var err error
 	switch {
 	case k.Node != "":
-		after, err = c.syncNode(ctx, k.Node)
+		after, err = c.reconcile.node.sync(ctx, k.Node)
 	case k.Pool != "":
-		after, err = c.syncPool(ctx, k.Pool)
+		after, err = c.reconcile.pool.sync(ctx, k.Pool)
 	default:
-		after, err = c.syncSurge(ctx, k.Surge)
+		after, err = c.reconcile.surge.sync(ctx, k.Surge)
 	}
 	switch {
 	case errors.Is(err, errDryRun), errors.Is(err, errSurgeGone):
@@ -53,16 +53,26 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
-func (c *Controller) enqueueNode(name string) { c.queue.Add(key{Node: name}) }
+// keys puts work on the queue: the controller's event handlers, and a reconciler waking another kind's
+// (a stall starting a Surge, a failed Surge sending its node back to the stall path).
+type keys struct {
+	queue interface{ Add(key) }
+	// cached lists the Surges enqueueSurges matches.
+	cached *surgeLister
+}
 
-func (c *Controller) enqueueSurge(s *v1alpha1.Surge) { c.queue.Add(key{Surge: keyOf(s)}) }
+func (k keys) enqueueNode(name string) { k.queue.Add(key{Node: name}) }
 
-func (c *Controller) enqueuePool(name string) { c.queue.Add(key{Pool: name}) }
+func (k keys) enqueueSurge(s *v1alpha1.Surge) { k.queue.Add(key{Surge: keyOf(s)}) }
 
-// enqueueSurges queues the Surges that match.
-func (c *Controller) enqueueSurges(match func(*v1alpha1.Surge) bool) {
-	for _, s := range c.surgesMatching(match) {
-		c.enqueueSurge(s)
+func (k keys) enqueuePool(name string) { k.queue.Add(key{Pool: name}) }
+
+// enqueueSurges queues the cached Surges that match.
+func (k keys) enqueueSurges(match func(*v1alpha1.Surge) bool) {
+	for _, s := range k.cached.List() {
+		if match(s) {
+			k.enqueueSurge(s)
+		}
 	}
 }
 

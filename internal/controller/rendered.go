@@ -134,20 +134,18 @@ func slimMachineConfiguration(u *unstructured.Unstructured) {
 // watchRenderedConfigs reads rendered MachineConfigs and MachineConfiguration cluster when
 // --read-machineconfigs is set. Their changes re-examine the nodes of updating pools through the
 // node and pool events that follow a new rendered config; the answers are recomputed then.
-func (c *Controller) watchRenderedConfigs() error {
-	if !c.opts.ReadMachineConfigs {
+func (i *Informers) watchRenderedConfigs() error {
+	if !i.opts.ReadMachineConfigs {
 		return nil
 	}
-	inf := c.mcoFactory.Machineconfiguration().V1().MachineConfigs()
+	inf := i.mcoFactory.Machineconfiguration().V1().MachineConfigs()
 	if err := inf.Informer().SetTransform(slimMachineConfig); err != nil {
 		return err
 	}
-	if _, err := inf.Informer().AddEventHandler(c.handler(func(any) { c.answers.invalidate() })); err != nil {
-		return err
-	}
-	c.synced = append(c.synced, inf.Informer().HasSynced)
-	rc := &renderedConfigs{configs: inf.Lister(), log: c.log}
-	opInf, err := c.watchServed(machineConfigurationGVR, c.handler(func(any) { c.answers.invalidate() }),
+	invalidate := func(c *Controller) cache.ResourceEventHandler { return c.handler(func(any) { c.answers.invalidate() }) }
+	i.register(inf.Informer(), invalidate)
+	rc := &renderedConfigs{configs: inf.Lister(), log: i.log}
+	opInf, err := i.watchServed(machineConfigurationGVR, invalidate,
 		slimSource(trigger.Resource{GVR: machineConfigurationGVR, Slim: slimMachineConfiguration}))
 	if err != nil {
 		return err
@@ -155,6 +153,6 @@ func (c *Controller) watchRenderedConfigs() error {
 	if opInf != nil {
 		rc.operator = opInf.GetIndexer()
 	}
-	c.answers.rendered = rc
+	i.view.answers.rendered = rc
 	return nil
 }

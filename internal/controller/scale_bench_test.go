@@ -106,7 +106,7 @@ func scaleHarness(b *testing.B) *harness {
 	b.Helper()
 	h := newHarness(&testing.T{}, func(o *options.Options) { o.DryRun = true }, scaleCluster()...)
 	for _, n := range []string{"w0", "w1", "w2"} {
-		if _, err := h.c.syncNode(b.Context(), n); err != nil {
+		if _, err := h.c.reconcile.node.sync(b.Context(), n); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -121,7 +121,7 @@ func BenchmarkScaleSyncDrainingNode(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := h.c.syncNode(b.Context(), "w0"); err != nil {
+		if _, err := h.c.reconcile.node.sync(b.Context(), "w0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -286,7 +286,7 @@ func BenchmarkScalePredict(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := h.c.Predict(PredictOptions{}); err != nil {
+		if _, err := h.c.reconcile.pool.predict(PredictOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -154,21 +154,22 @@ func (v *view) nodeSignals(node *corev1.Node, mcoDrain guardian.NodeDrain) (guar
 
 // watchSources registers the informers of the sources the options switch on, each resource when the
 // cluster serves it.
-func (c *Controller) watchSources() error {
-	c.sources = &sources{view: &sourceView{
-		lookahead: c.opts.Lookahead, log: c.log, indexers: map[schema.GroupVersionResource]cache.Indexer{},
+func (i *Informers) watchSources() error {
+	v := i.view
+	v.sources = &sources{view: &sourceView{
+		lookahead: i.opts.Lookahead, log: i.log, indexers: map[schema.GroupVersionResource]cache.Indexer{},
 		nodes: func() []*corev1.Node {
-			nodes, _ := c.nodes.List(labels.Everything())
+			nodes, _ := v.nodes.List(labels.Everything())
 			return nodes
 		},
 	}}
 	for _, k := range trigger.Kinds {
-		if !c.opts.SourceOn(k.Name) {
+		if !i.opts.SourceOn(k.Name) {
 			continue
 		}
-		c.sources.kinds = append(c.sources.kinds, k)
+		v.sources.kinds = append(v.sources.kinds, k)
 		for _, r := range k.Resources {
-			inf, err := c.watchServed(r.GVR, c.handler(c.onSourceObject(r)), slimSource(r))
+			inf, err := i.watchServed(r.GVR, func(c *Controller) cache.ResourceEventHandler { return c.handler(c.onSourceObject(r)) }, slimSource(r))
 			if err != nil {
 				return err
 			}
@@ -180,31 +181,28 @@ func (c *Controller) watchSources() error {
 					return err
 				}
 			}
-			c.sources.view.indexers[r.GVR] = inf.GetIndexer()
+			v.sources.view.indexers[r.GVR] = inf.GetIndexer()
 		}
 	}
 	return nil
 }
 
-// watchServed starts watching gvr through the dynamic informer factory if the cluster serves it;
-// nil when it does not.
-func (c *Controller) watchServed(gvr schema.GroupVersionResource, h cache.ResourceEventHandler, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
-	served, err := servesResource(c.clients.Discovery, gvr.GroupVersion().String(), gvr.Resource)
+// watchServed registers gvr's informer of the dynamic informer factory if the cluster serves it,
+// with the controller's handler; nil when it does not.
+func (i *Informers) watchServed(gvr schema.GroupVersionResource, handler func(*Controller) cache.ResourceEventHandler, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	served, err := servesResource(i.clients.Discovery, gvr.GroupVersion().String(), gvr.Resource)
 	if err != nil {
 		return nil, fmt.Errorf("discovering %s: %w", gvr.GroupResource(), err)
 	}
 	if !served {
-		c.log.Info("not served by this cluster: not read", zap.String("resource", gvr.GroupResource().String()))
+		i.log.Info("not served by this cluster: not read", zap.String("resource", gvr.GroupResource().String()))
 		return nil, nil
 	}
-	inf := c.dynamicFactory.ForResource(gvr).Informer()
+	inf := i.dynamicFactory.ForResource(gvr).Informer()
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
 	}
-	if _, err := inf.AddEventHandler(h); err != nil {
-		return nil, err
-	}
-	c.synced = append(c.synced, inf.HasSynced)
+	i.register(inf, handler)
 	return inf, nil
 }
 
@@ -290,21 +288,21 @@ func (v *view) observeDrain(obs *guardian.Observation, mcoDrain guardian.NodeDra
 // reportDrainFailed reports, once per drain, a Surge serving a node whose source gave up on its
 // drain (a driver upgrade in upgrade-failed): the node stays cordoned until someone intervenes, and
 // the surge is held until it is back or --max-surge-duration runs out.
-func (c *Controller) reportDrainFailed(sc *surgeCase, obs guardian.Observation) {
+func (r *surgeReconciler) reportDrainFailed(sc *surgeCase, obs guardian.Observation) {
 	s := sc.s
 	t := guardian.Trigger(s.Spec.Trigger)
 	if obs.Node == nil || !guardian.FromSource(t) || s.PhaseOf() == v1alpha1.PhaseRestoring || s.PhaseOf() == v1alpha1.PhaseFailed {
 		return
 	}
-	sig, on := c.sources.signalOf(trigger.Name(t), obs.Node)
+	sig, on := r.sources.signalOf(trigger.Name(t), obs.Node)
 	if !on || sig.Phase != trigger.PhaseFailed || sig.Drain != s.Spec.Drain {
 		return
 	}
-	if !c.reports.once("", fmt.Sprintf("%s/%s/%s", ReasonDrainFailed, s.UID, s.Spec.Drain)) {
+	if !r.reports.once("", fmt.Sprintf("%s/%s/%s", ReasonDrainFailed, s.UID, s.Spec.Drain)) {
 		return
 	}
-	c.metrics.DrainsFailed.WithLabelValues(string(t)).Inc()
-	c.event(sc.obj.ObjectReference(), corev1.EventTypeWarning, ReasonDrainFailed, actionReport,
+	r.metrics.DrainsFailed.WithLabelValues(string(t)).Inc()
+	r.event(sc.obj.ObjectReference(), corev1.EventTypeWarning, ReasonDrainFailed, actionReport,
 		"The %s of node %s failed (%q) while Surge %s served it; the node stays cordoned until someone intervenes. The surge is held until the node is back, at most --max-surge-duration",
 		t, s.Spec.Node, sig.Detail, s.Name)
 }
@@ -312,12 +310,12 @@ func (c *Controller) reportDrainFailed(sc *surgeCase, obs guardian.Observation) 
 // sourceLookaheadRoom is what a surge ahead of a source's drain may use: capacity on nodes no
 // source and no MCO update will drain, after the replacements the stalls on the nodes the source
 // drains now will ask for (as lookaheadRoom is for the MCO).
-func (c *Controller) sourceLookaheadRoom(t guardian.Trigger, pool string) *guardian.Lookahead {
-	pools := c.newPoolLookup()
+func (b *base) sourceLookaheadRoom(t guardian.Trigger, pool string) *guardian.Lookahead {
+	pools := b.newPoolLookup()
 	return &guardian.Lookahead{
-		CapacityWanted: c.drains.capacityWanted(pool),
-		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
-		Unserved:       c.unservedStalls(c.sources.drainingNodes(trigger.Name(t))),
+		CapacityWanted: b.demand.capacityWanted(pool),
+		WillNotDrain:   func(n *corev1.Node) bool { return b.willNotDrain(n, pools) },
+		Unserved:       b.unservedStalls(b.sources.drainingNodes(trigger.Name(t))),
 	}
 }
 

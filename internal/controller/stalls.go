@@ -2,8 +2,9 @@ package controller
 
 import (
 	"context"
-	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 	"slices"
+
+	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -19,55 +20,55 @@ import (
 )
 
 // stallConfig is the configuration of the daemon's stall decisions.
-func (c *Controller) stallConfig() guardian.StallConfig {
+func (b *base) stallConfig() guardian.StallConfig {
 	return guardian.StallConfig{
-		NamespaceSelector: c.nsSelector, Excludes: c.opts.Excludes,
-		NilKeepsCount: c.kserve.nilKeepsCount(), MaxInFlight: c.opts.MaxConcurrentSurge,
-		MaxInFlightPerNamespace: c.opts.PerNamespaceLimit(), MaxSurgeReplicas: int32(c.opts.MaxSurgeReplicas),
+		NamespaceSelector: b.nsSelector, Excludes: b.opts.Excludes,
+		NilKeepsCount: b.kserve.nilKeepsCount(), MaxInFlight: b.opts.MaxConcurrentSurge,
+		MaxInFlightPerNamespace: b.opts.PerNamespaceLimit(), MaxSurgeReplicas: int32(b.opts.MaxSurgeReplicas),
 	}
 }
 
 // observeStalls reads, once, what the stall decision needs about the node's blocked pods (see
 // guardian.ObserveStalls), and the room of a look-ahead surge.
-func (c *Controller) observeStalls(obs *nodeObservation) error {
-	blocked, err := c.blockedOn(obs.node.Name)
+func (b *base) observeStalls(obs *nodeObservation) error {
+	blocked, err := b.blockedOn(obs.node.Name)
 	if err != nil {
 		return err
 	}
-	obs.wave.Stalls = append(obs.wave.Stalls, guardian.ObserveStalls(c.stallConfig(), true, blocked, stallReader{c})...)
+	obs.wave.Stalls = append(obs.wave.Stalls, guardian.ObserveStalls(b.stallConfig(), true, blocked, stallReader{b.view})...)
 	switch {
 	case guardian.FromSource(obs.wave.Drain.Trigger) && obs.wave.Drain.Predicted:
-		obs.wave.Lookahead = c.sourceLookaheadRoom(obs.wave.Drain.Trigger, obs.pool)
+		obs.wave.Lookahead = b.sourceLookaheadRoom(obs.wave.Drain.Trigger, obs.pool)
 	case obs.wave.Drain.Lookahead():
-		obs.wave.Lookahead = c.lookaheadRoom(obs.pool)
+		obs.wave.Lookahead = b.lookaheadRoom(obs.pool)
 	}
 	return nil
 }
 
 // stallReader answers guardian.ObserveStalls from the daemon's listers and workload store.
-type stallReader struct{ c *Controller }
+type stallReader struct{ v *view }
 
 // Namespace is the namespace from the lister; nil when it cannot be read.
 func (r stallReader) Namespace(name string) *corev1.Namespace {
-	ns, _ := r.c.namespaces.Get(name)
+	ns, _ := r.v.namespaces.Get(name)
 	return ns
 }
 
 // Owner reads the pod's owner chain from the workload store.
-func (r stallReader) Owner(pod *podinfo.Pod) guardian.Owner { return workload.Observe(r.c.store, pod) }
+func (r stallReader) Owner(pod *podinfo.Pod) guardian.Owner { return workload.Observe(r.v.store, pod) }
 
 // Surge is the target's cached Surge, of any phase.
-func (r stallReader) Surge(t *workload.Target) *v1alpha1.Surge { return r.c.surgeOf(t) }
+func (r stallReader) Surge(t *workload.Target) *v1alpha1.Surge { return r.v.surgeOf(t) }
 
 // GroupPods are the pods the owner's pod owner selects and owns.
 func (r stallReader) GroupPods(pod *podinfo.Pod, o guardian.Owner) []*podinfo.Pod {
-	pods, _ := r.c.podsOf(pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner)
+	pods, _ := r.v.podsOf(pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner)
 	return pods
 }
 
 // PDBStatusBehind compares the PDB's status with the pods in the cache.
 func (r stallReader) PDBStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
-	return r.c.pdbStatusBehind(pdb)
+	return r.v.pdbStatusBehind(pdb)
 }
 
 // lookaheadRoom is what a look-ahead surge of the pool may use (see guardian.Lookahead); nil when
@@ -77,21 +78,21 @@ func (r stallReader) PDBStatusBehind(pdb *policyv1.PodDisruptionBudget) bool {
 // node planned for maintenance (or picked by any source) is no place for it. A drain predicted by
 // a source other than the MCO on a node in no pool (plain Kubernetes) uses the same room, with no
 // MCO stall before it.
-func (c *Controller) lookaheadRoom(pool string) *guardian.Lookahead {
+func (b *base) lookaheadRoom(pool string) *guardian.Lookahead {
 	var p *mcfgv1.MachineConfigPool
-	if c.pools != nil {
+	if b.pools != nil {
 		var err error
-		if p, err = c.pools.Get(pool); err != nil && pool != "" {
+		if p, err = b.pools.Get(pool); err != nil && pool != "" {
 			return nil
 		}
 	}
-	pools := c.newPoolLookup()
+	pools := b.newPoolLookup()
 	room := &guardian.Lookahead{
-		CapacityWanted: c.drains.capacityWanted(pool),
-		WillNotDrain:   func(n *corev1.Node) bool { return c.willNotDrain(n, pools) },
+		CapacityWanted: b.demand.capacityWanted(pool),
+		WillNotDrain:   func(n *corev1.Node) bool { return b.willNotDrain(n, pools) },
 	}
 	if p != nil {
-		room.Unserved = c.unservedStalls(c.plan(p).Updating)
+		room.Unserved = b.unservedStalls(b.plan(p).Updating)
 	}
 	return room
 }
@@ -99,22 +100,22 @@ func (c *Controller) lookaheadRoom(pool string) *guardian.Lookahead {
 // decideStalls decides the node's stalls and starts the surges decided, under the executor's
 // admission: the ledger counts the replacements of every Surge in flight, those created by another
 // worker a moment ago included, so that no two stalls book the same capacity or slot.
-func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]guardian.Decision, map[int]*surgeStart) {
+func (b *base) decideStalls(ctx context.Context, obs *nodeObservation) ([]guardian.Decision, map[int]*surgeStart) {
 	var decisions []guardian.Decision
 	starts := map[int]*surgeStart{}
-	c.exec.admit(ctx, func() []*surgeStart {
-		view := c.flight.view(c.surges.List())
+	b.exec.admit(ctx, func() []*surgeStart {
+		view := b.flight.view(b.surges.List())
 		wave := obs.wave
 		wave.InFlight, wave.InFlightByNamespace, wave.Waiting = view.count, view.byNamespace, view.waiting
 		for i := range wave.Stalls {
-			wave.Stalls[i].WaitingSince = c.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
+			wave.Stalls[i].WaitingSince = b.flight.waitingSince(guardian.WorkloadOf(wave.Stalls[i].Pod))
 		}
-		wave.Ledger = guardian.NewLazyLedger(c.capacityNow, c.booked(view))
-		decisions = guardian.DecideStalls(c.stallConfig(), wave)
+		wave.Ledger = guardian.NewLazyLedger(b.capacityNow, b.booked(view))
+		decisions = guardian.DecideStalls(b.stallConfig(), wave)
 		var out []*surgeStart
 		for i, d := range decisions {
 			if d.Outcome == guardian.OutcomeSurge && d.SameAs < 0 {
-				starts[i] = c.surgeStart(obs, &wave.Stalls[i], d)
+				starts[i] = b.surgeStart(obs, &wave.Stalls[i], d)
 				out = append(out, starts[i])
 			}
 		}
@@ -124,14 +125,14 @@ func (c *Controller) decideStalls(ctx context.Context, obs *nodeObservation) ([]
 }
 
 // surgeStart builds the Surge (phase Pending) a decision asks for; its own sync then writes the fields.
-func (c *Controller) surgeStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) *surgeStart {
+func (b *base) surgeStart(obs *nodeObservation, st *guardian.Stall, d guardian.Decision) *surgeStart {
 	o, node := st.Owner, obs.node.Name
 	spec := v1alpha1.SurgeSpec{
 		Fields: d.Fields, Node: node, Pool: obs.pool, Trigger: string(obs.wave.Drain.Trigger), Drain: obs.wave.Drain.Drain,
 		PDB: st.PDB.Name, BlockedPod: st.Pod.Name, Delta: d.Delta, Replicas: o.PodOwner.Replicas,
-		StartTime: metav1.NewTime(c.clock.Now()),
+		StartTime: metav1.NewTime(b.clock.Now()),
 	}
-	if pods, err := c.podsOf(st.Pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner); err == nil {
+	if pods, err := b.podsOf(st.Pod.Namespace, o.Target.PodOwner.Kind, o.PodOwner); err == nil {
 		spec.ReadyBefore = readyElsewhere(pods, node, o.PodOwner.GroupSize)
 	}
 	start := &surgeStart{surge: newSurge(o.Target, o.Object, spec)}
@@ -182,8 +183,8 @@ func waitingFor(s *v1alpha1.Surge, pods []*podinfo.Pod, groupSize int32) []*podi
 
 // capacityNow is what every node can take as the capacity sources count it, read from the caches now:
 // node allocatable and, when the cluster serves Dynamic Resource Allocation, its devices.
-func (c *Controller) capacityNow() *capacity.Capacity {
-	return capacity.New(c.candidates(), capacity.Standard(c.devices())...)
+func (b *base) capacityNow() *capacity.Capacity {
+	return capacity.New(b.candidates(), capacity.Standard(b.devices())...)
 }
 
 // candidates lists every node with its pods and what they request, for the capacity ledger.

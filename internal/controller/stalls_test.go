@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -104,7 +105,7 @@ func TestOwnerNotInCacheIsRetriedNotReported(t *testing.T) {
 		}
 	}
 	h := newHarness(t, nil, objs...)
-	if _, err := h.c.syncNode(context.Background(), "w1"); err == nil || !strings.Contains(err.Error(), "not in cache yet") {
+	if _, err := h.c.reconcile.node.sync(context.Background(), "w1"); err == nil || !strings.Contains(err.Error(), "not in cache yet") {
 		t.Fatalf("syncNode = %v, want an error to retry with backoff", err)
 	}
 	if evs := h.events(); len(evs) != 0 {
@@ -149,7 +150,7 @@ func TestCheckCountsTheSurgesInFlight(t *testing.T) {
 	oneOff := restart(t, nil, h.kube, h.mco, h.dyn)
 	h.kube.ClearActions()
 	h.dyn.ClearActions()
-	r, err := oneOff.c.Predict(PredictOptions{})
+	r, err := Check(oneOff.c.informers, zap.NewNop(), PredictOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,34 +33,34 @@ type surgeCase struct {
 	pods  []*podinfo.Pod
 }
 
-// syncSurge moves one Surge along: verify it against the live objects, observe, decide, execute one
+// sync moves one Surge along: verify it against the live objects, observe, decide, execute one
 // write.
-func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	s, err := c.surges.Get(key.Namespace, key.Name)
+func (r *surgeReconciler) sync(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+	s, err := r.surges.Get(key.Namespace, key.Name)
 	if apierrors.IsNotFound(err) {
-		c.flight.forget(key)
-		c.writing.forget(key)
+		r.flight.forget(key)
+		r.writing.forget(key)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	sc, retry, err := c.verify(s)
+	sc, retry, err := r.verify(s)
 	if errors.Is(err, errTargetGone) {
-		return 0, c.targetGone(ctx, s)
+		return 0, r.targetGone(ctx, s)
 	}
 	if sc == nil {
 		return retry, err
 	}
-	obs := c.observe(sc)
-	c.reportDrainFailed(sc, obs)
-	st := guardian.Plan(c.cfg, obs)
-	c.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
+	obs := r.observe(sc)
+	r.reportDrainFailed(sc, obs)
+	st := guardian.Plan(r.cfg, obs)
+	r.log.Debug("decided", zap.String("surge", key.String()), zap.String("phase", string(s.PhaseOf())),
 		zap.String("action", string(st.Kind)), zap.String("reason", st.Reason))
-	after, err := c.execute(ctx, sc, obs, st)
+	after, err := r.execute(ctx, sc, obs, st)
 	if isConflict(err) {
 		// The decision was made on a stale object: the informer brings the new one; decide again.
-		c.log.Debug("conflict; deciding again", zap.String("surge", key.String()), zap.Error(err))
+		r.log.Debug("conflict; deciding again", zap.String("surge", key.String()), zap.Error(err))
 		return time.Second, nil
 	}
 	return after, err
@@ -71,41 +71,41 @@ func (c *Controller) syncSurge(ctx context.Context, key types.NamespacedName) (t
 // write is done: a refused write is decided again, and a Surge someone else deleted first
 // (errSurgeGone) was reported by them. A step that evicts now goes on with the evictions, each its
 // own write and report.
-func (c *Controller) execute(ctx context.Context, sc *surgeCase, obs guardian.Observation, st guardian.Step) (time.Duration, error) {
+func (r *surgeReconciler) execute(ctx context.Context, sc *surgeCase, obs guardian.Observation, st guardian.Step) (time.Duration, error) {
 	if st.Kind == guardian.ActEvict {
-		return c.evict(ctx, sc, obs)
+		return r.evict(ctx, sc, obs)
 	}
-	after, err := c.write(ctx, sc, st)
+	after, err := r.write(ctx, sc, st)
 	if err != nil {
 		return 0, err
 	}
-	c.report(&outcome{step: st, s: sc.s, obj: sc.obj, obs: obs})
+	r.report(&outcome{step: st, s: sc.s, obj: sc.obj, obs: obs})
 	if st.EvictNow {
-		return c.evict(ctx, sc, obs)
+		return r.evict(ctx, sc, obs)
 	}
 	return after, nil
 }
 
 // write makes the step's one write: the Surge's next status, its deletion, or the target's fields.
 // It returns when to look again.
-func (c *Controller) write(ctx context.Context, sc *surgeCase, st guardian.Step) (time.Duration, error) {
+func (r *surgeReconciler) write(ctx context.Context, sc *surgeCase, st guardian.Step) (time.Duration, error) {
 	s, obj := sc.s, sc.obj
 	switch st.Kind {
 	case guardian.ActWriteFields:
-		if err := c.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+guardian.DescribeFields(s.Spec.Fields)); err != nil {
+		if err := r.exec.patchTarget(ctx, obj, workload.SurgePatch(obj, s.Spec.Fields), "surge "+guardian.DescribeFields(s.Spec.Fields)); err != nil {
 			return 0, err
 		}
 		// Until the cache shows a newer target, a read of it says nothing about this write.
-		c.writing.wrote(s, obj.Meta.GetResourceVersion(), c.clock.Now())
+		r.writing.wrote(s, obj.Meta.GetResourceVersion(), r.clock.Now())
 		return time.Second, nil
 	case guardian.ActRestoreFields:
 		patch := workload.RestorePatch(obj, s.Spec.Fields, st.RemoveExplicit)
 		if patch == nil {
 			return time.Second, nil
 		}
-		return time.Second, c.exec.patchTarget(ctx, obj, patch, "restore "+guardian.DescribeRestore(s.Spec.Fields, nil))
+		return time.Second, r.exec.patchTarget(ctx, obj, patch, "restore "+guardian.DescribeRestore(s.Spec.Fields, nil))
 	case guardian.ActStartRestore:
-		if err := c.steerRestore(ctx, sc); err != nil {
+		if err := r.steerRestore(ctx, sc); err != nil {
 			return 0, err
 		}
 	}
@@ -113,9 +113,9 @@ func (c *Controller) write(ctx context.Context, sc *surgeCase, st guardian.Step)
 	case st.Status != nil:
 		next := s.DeepCopy()
 		next.Status = *st.Status
-		return st.After, c.exec.updateStatus(ctx, next)
+		return st.After, r.exec.updateStatus(ctx, next)
 	case st.Delete:
-		return st.After, c.exec.deleteSurge(ctx, s)
+		return st.After, r.exec.deleteSurge(ctx, s)
 	}
 	return st.After, nil
 }
@@ -123,35 +123,35 @@ func (c *Controller) write(ctx context.Context, sc *surgeCase, st guardian.Step)
 // targetGone handles a Surge whose target was deleted (its API served and synced; see verify): the
 // garbage collector removes the Surge with its owner; delete it now and say so. A Failed Surge was
 // reported when it failed: it is forgotten.
-func (c *Controller) targetGone(ctx context.Context, s *v1alpha1.Surge) error {
-	if err := c.exec.deleteSurge(ctx, s); err != nil {
+func (r *surgeReconciler) targetGone(ctx context.Context, s *v1alpha1.Surge) error {
+	if err := r.exec.deleteSurge(ctx, s); err != nil {
 		return err
 	}
 	st := guardian.Step{Action: guardian.Action{Kind: actTargetGone}, Delete: true}
 	if s.PhaseOf() == v1alpha1.PhaseFailed {
 		st.Kind = guardian.ActForget
 	}
-	c.report(&outcome{step: st, s: s})
+	r.report(&outcome{step: st, s: s})
 	return nil
 }
 
 // evict asks the Eviction API to remove the workload's pods from the drained node now that the
 // replacement is Ready, so that their grace period runs before the MCO's next drain attempt. Each
 // eviction is a write of its own, reported (ActEvict) once made.
-func (c *Controller) evict(ctx context.Context, sc *surgeCase, obs guardian.Observation) (time.Duration, error) {
+func (r *surgeReconciler) evict(ctx context.Context, sc *surgeCase, obs guardian.Observation) (time.Duration, error) {
 	s, eref := sc.s, sc.obj.ObjectReference()
 	for _, p := range sc.pods {
 		if p.Spec.NodeName != s.Spec.Node || blocking.Skip(p) {
 			continue
 		}
-		res, err := c.exec.evict(ctx, eref, p, s.Spec.Node)
+		res, err := r.exec.evict(ctx, eref, p, s.Spec.Node)
 		switch {
 		case err != nil:
 			return 0, err
 		case res == evicted:
-			c.report(&outcome{step: guardian.Step{Action: guardian.Action{Kind: guardian.ActEvict}}, s: s, obj: sc.obj, obs: obs, pod: p})
+			r.report(&outcome{step: guardian.Step{Action: guardian.Action{Kind: guardian.ActEvict}}, s: s, obj: sc.obj, obs: obs, pod: p})
 		case res == evictRefused:
-			c.log.Info("eviction refused by the PDB for now; retrying", zap.String("pod", p.Namespace+"/"+p.Name))
+			r.log.Info("eviction refused by the PDB for now; retrying", zap.String("pod", p.Namespace+"/"+p.Name))
 		}
 	}
 	return 5 * time.Second, nil

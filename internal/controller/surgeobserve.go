@@ -20,32 +20,32 @@ import (
 )
 
 // observe gathers what Decide needs from the listers.
-func (c *Controller) observe(sc *surgeCase) guardian.Observation {
+func (r *surgeReconciler) observe(sc *surgeCase) guardian.Observation {
 	s := sc.s
-	now := c.clock.Now()
+	now := r.clock.Now()
 	obs := guardian.Observation{Now: now, Surge: s, Fields: workload.States(sc.obj, s.Spec.Fields), PodOwnerGone: sc.owner == nil}
-	pools := c.newPoolLookup()
-	if n, err := c.nodes.Get(s.Spec.Node); err == nil {
+	pools := r.newPoolLookup()
+	if n, err := r.nodes.Get(s.Spec.Node); err == nil {
 		obs.Node = n
 		pool := pools.of(n)
-		c.observeDrain(&obs, c.surgeDrain(n, pool, now))
+		r.observeDrain(&obs, r.surgeDrain(n, pool, now))
 	}
-	if s.Spec.Pool != "" && c.pools != nil {
-		obs.Pool, _ = c.pools.Get(s.Spec.Pool)
+	if s.Spec.Pool != "" && r.pools != nil {
+		obs.Pool, _ = r.pools.Get(s.Spec.Pool)
 	}
-	obs.CapacityWanted = c.drains.capacityWanted(s.Spec.Pool)
+	obs.CapacityWanted = r.demand.capacityWanted(s.Spec.Pool)
 	if guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared {
 		// A prepared surge only uses capacity no stall needs, whichever pool the stall is in.
-		obs.CapacityWanted = c.drains.anyCapacityWanted()
-		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !c.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
+		obs.CapacityWanted = r.demand.anyCapacityWanted()
+		obs.PrepareWithdrawn = obs.Pool != nil && (!guardian.PrepareRequested(obs.Pool) || !r.poolSelector.Matches(labels.Set(obs.Pool.Labels)))
 	}
 	var groupSize int32
 	if sc.owner != nil {
 		groupSize = sc.owner.GroupSize
 	}
 	observePods(&obs, sc.pods, s.Spec.Node, groupSize)
-	c.observeRefusals(&obs, sc)
-	obs.ReadyOnSafeNodes, obs.ReadySurvivors = c.countSurvivors(s, sc.pods, pools, groupSize)
+	r.observeRefusals(&obs, sc)
+	obs.ReadyOnSafeNodes, obs.ReadySurvivors = r.countSurvivors(s, sc.pods, pools, groupSize)
 	obs.Groups = groupSize > 0
 	if sc.owner != nil {
 		for _, f := range s.Spec.Fields {
@@ -55,25 +55,25 @@ func (c *Controller) observe(sc *surgeCase) guardian.Observation {
 		}
 	}
 	if s.PhaseOf() == v1alpha1.PhasePending {
-		obs.WritingSince = c.writing.since(s, now)
-		obs.WriteUnseen = c.writing.unseen(s, sc.obj.Meta.GetResourceVersion())
+		obs.WritingSince = r.writing.since(s, now)
+		obs.WriteUnseen = r.writing.unseen(s, sc.obj.Meta.GetResourceVersion())
 	} else {
-		c.writing.forget(keyOf(s))
+		r.writing.forget(keyOf(s))
 	}
-	c.flight.holding(s, heldResources(s, sc.pods, groupSize))
+	r.flight.holding(s, heldResources(s, sc.pods, groupSize))
 	return obs
 }
 
 // observeRefusals fills what says a surge cannot progress: the replacements refused by the pod
 // owner's controller (Surged), another PDB selecting the blocked pod (Ready).
-func (c *Controller) observeRefusals(obs *guardian.Observation, sc *surgeCase) {
+func (r *surgeReconciler) observeRefusals(obs *guardian.Observation, sc *surgeCase) {
 	s, owner := sc.s, sc.owner
 	switch {
 	case owner == nil:
 	case s.PhaseOf() == v1alpha1.PhaseSurged && owner.StatusReplicas < owner.Replicas:
 		obs.ReplacementRefused = owner.ReplicaFailure
 	case s.PhaseOf() == v1alpha1.PhaseReady && obs.LiveOnNode > 0:
-		obs.OtherPDB = c.otherPDB(s, sc.pods)
+		obs.OtherPDB = r.otherPDB(s, sc.pods)
 	}
 }
 
@@ -102,17 +102,17 @@ func (v *view) otherPDB(s *v1alpha1.Surge, pods []*podinfo.Pod) string {
 }
 
 // nodeDrain is NodeTrigger's answer for the node, of the given pool, now.
-func (c *Controller) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now time.Time) guardian.NodeDrain {
-	return c.nodeTrigger(n, pool, predicted, c.answers.need(n, pool).Need, now)
+func (b *base) nodeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, now time.Time) guardian.NodeDrain {
+	return b.nodeTrigger(n, pool, predicted, b.answers.need(n, pool).Need, now)
 }
 
 // nodeTrigger is NodeTrigger with the time the node was first seen cordoned.
-func (c *Controller) nodeTrigger(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, need mco.Need, now time.Time) guardian.NodeDrain {
+func (b *base) nodeTrigger(n *corev1.Node, pool *mcfgv1.MachineConfigPool, predicted bool, need mco.Need, now time.Time) guardian.NodeDrain {
 	var seen time.Time
 	if n.Spec.Unschedulable {
-		seen = c.cordons.firstSeen(n.Name, now)
+		seen = b.cordons.firstSeen(n.Name, now)
 	}
-	return guardian.NodeTrigger(c.cfg, n, pool, predicted, need, now, seen)
+	return guardian.NodeTrigger(b.cfg, n, pool, predicted, need, now, seen)
 }
 
 // surgeDrain is nodeDrain for the node of an existing surge, where an update whose drain is not
@@ -120,12 +120,12 @@ func (c *Controller) nodeTrigger(n *corev1.Node, pool *mcfgv1.MachineConfigPool,
 // says whether the update drains (about a second later), often when no other node of the update
 // is left to answer for it: taking that second for a missed prediction would undo the surge the
 // coming drain needs, while holding it that long costs nothing. A no-drain answer still ends it.
-func (c *Controller) surgeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, now time.Time) guardian.NodeDrain {
-	need := c.answers.need(n, pool).Need
+func (b *base) surgeDrain(n *corev1.Node, pool *mcfgv1.MachineConfigPool, now time.Time) guardian.NodeDrain {
+	need := b.answers.need(n, pool).Need
 	if need == mco.NeedUnknown {
 		need = mco.NeedDrain
 	}
-	return c.nodeTrigger(n, pool, c.predicted(n, pool), need, now)
+	return b.nodeTrigger(n, pool, b.predicted(n, pool), need, now)
 }
 
 // countSurvivors counts the workload's Ready pods, not being deleted, that a restore keeps: on nodes

@@ -50,10 +50,10 @@ type surgeReport struct {
 	// eventType, reason and action of the Event; none is recorded when reason is "".
 	eventType, reason, action string
 	// note is the Event's message.
-	note func(c *Controller, o *outcome) string
+	note func(r *surgeReconciler, o *outcome) string
 	// record counts the outcome in metrics, and does whatever else its report takes (an Event per
 	// field kept, the node's stalls looked at again); nil records nothing.
-	record func(c *Controller, o *outcome)
+	record func(r *surgeReconciler, o *outcome)
 }
 
 // surgeReports is the table from a step of the Surge lifecycle to its report, the one place the
@@ -106,64 +106,64 @@ func surgeReportOf(st guardian.Step) surgeReport {
 }
 
 // report records a step's outcome as surgeReports says; its write is made.
-func (c *Controller) report(o *outcome) {
-	r := surgeReportOf(o.step)
-	if r.record != nil {
-		r.record(c, o)
+func (r *surgeReconciler) report(o *outcome) {
+	rep := surgeReportOf(o.step)
+	if rep.record != nil {
+		rep.record(r, o)
 	}
-	if r.reason != "" {
-		c.event(o.regarding(), r.eventType, r.reason, r.action, "%s", r.note(c, o))
+	if rep.reason != "" {
+		r.event(o.regarding(), rep.eventType, rep.reason, rep.action, "%s", rep.note(r, o))
 	}
 }
 
-func noteDiscarded(_ *Controller, o *outcome) string {
+func noteDiscarded(_ *surgeReconciler, o *outcome) string {
 	return fmt.Sprintf("%s changed by someone else before the surge was written: not surging", guardian.DescribeFields(o.s.Spec.Fields))
 }
 
 // readyAfter is how long the replacements took to be Ready, from the stall's detection.
 func readyAfter(o *outcome) time.Duration { return o.obs.Now.Sub(o.s.Spec.StartTime.Time) }
 
-func noteReady(_ *Controller, o *outcome) string {
+func noteReady(_ *surgeReconciler, o *outcome) string {
 	s := o.s
 	return fmt.Sprintf("%d replacement %s Ready off node %s after %s", s.Spec.Delta, guardian.Units(s), s.Spec.Node, readyAfter(o).Round(time.Second))
 }
 
-func recordReady(c *Controller, o *outcome) {
-	c.metrics.ReplacementReady.WithLabelValues(o.s.Spec.Target.Kind).Observe(readyAfter(o).Seconds())
+func recordReady(r *surgeReconciler, o *outcome) {
+	r.metrics.ReplacementReady.WithLabelValues(o.s.Spec.Target.Kind).Observe(readyAfter(o).Seconds())
 }
 
-func noteEvicted(_ *Controller, o *outcome) string {
+func noteEvicted(_ *surgeReconciler, o *outcome) string {
 	return fmt.Sprintf("Evicted pod %s from node %s: its replacement is Ready elsewhere", o.pod.Name, o.s.Spec.Node)
 }
 
-func noteResolved(c *Controller, o *outcome) string {
-	return fmt.Sprintf("%s; the drain can proceed. The surge is held until %s", guardian.Unblocked(o.s, o.step.Reason), c.holdUntil(o.s))
+func noteResolved(r *surgeReconciler, o *outcome) string {
+	return fmt.Sprintf("%s; the drain can proceed. The surge is held until %s", guardian.Unblocked(o.s, o.step.Reason), r.holdUntil(o.s))
 }
 
-func recordResolved(c *Controller, o *outcome) {
-	c.observeResolved(o.s, o.obs.Now)
+func recordResolved(r *surgeReconciler, o *outcome) {
+	r.observeResolved(o.s, o.obs.Now)
 	if guardian.Trigger(o.s.Spec.Trigger) == guardian.TriggerMCOPredicted {
-		c.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
+		r.metrics.Lookahead.WithLabelValues(lookaheadHit).Inc()
 	}
 }
 
 // observeResolved counts a stall resolved, and how long it took from its detection.
-func (c *Controller) observeResolved(s *v1alpha1.Surge, now time.Time) {
+func (r *surgeReconciler) observeResolved(s *v1alpha1.Surge, now time.Time) {
 	kind := s.Spec.Target.Kind
-	c.metrics.StallsResolved.WithLabelValues(s.Spec.Pool, kind).Inc()
-	c.metrics.StallResolution.WithLabelValues(s.Spec.Pool, kind).Observe(now.Sub(s.Spec.StartTime.Time).Seconds())
+	r.metrics.StallsResolved.WithLabelValues(s.Spec.Pool, kind).Inc()
+	r.metrics.StallResolution.WithLabelValues(s.Spec.Pool, kind).Observe(now.Sub(s.Spec.StartTime.Time).Seconds())
 }
 
 // holdUntil says in words what the restore waits for.
-func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
+func (r *surgeReconciler) holdUntil(s *v1alpha1.Surge) string {
 	switch {
 	case s.Spec.Pool == "" || guardian.Trigger(s.Spec.Trigger) == guardian.TriggerCordoned:
 		return "the node is uncordoned"
 	case guardian.Trigger(s.Spec.Trigger) == guardian.TriggerPrepared:
 		return "the pool is Updated (prepared ahead of its update)"
-	case c.cfg.Restore == guardian.RestoreNode:
+	case r.cfg.Restore == guardian.RestoreNode:
 		return "the node is updated"
-	case c.cfg.Restore == guardian.RestoreAuto:
+	case r.cfg.Restore == guardian.RestoreAuto:
 		if guardian.Groups(s) {
 			return fmt.Sprintf("%d complete group(s) are Ready on nodes this update will not drain again, or the pool is Updated", max(s.Spec.Replicas, 1))
 		}
@@ -173,30 +173,30 @@ func (c *Controller) holdUntil(s *v1alpha1.Surge) string {
 }
 
 // recordHeld counts how long a Resolved surge was held before its restore.
-func recordHeld(c *Controller, o *outcome) {
+func recordHeld(r *surgeReconciler, o *outcome) {
 	s := o.s
 	if s.Status.ResolvedTime != nil {
-		c.metrics.SurgeHeld.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind).Observe(o.obs.Now.Sub(s.Status.ResolvedTime.Time).Seconds())
+		r.metrics.SurgeHeld.WithLabelValues(s.Spec.Pool, s.Spec.Target.Kind).Observe(o.obs.Now.Sub(s.Status.ResolvedTime.Time).Seconds())
 	}
 }
 
 // recordMissed is recordHeld for a look-ahead that did not come true, counted as missed.
-func recordMissed(c *Controller, o *outcome) {
-	recordHeld(c, o)
+func recordMissed(r *surgeReconciler, o *outcome) {
+	recordHeld(r, o)
 	if guardian.Trigger(o.s.Spec.Trigger) == guardian.TriggerMCOPredicted {
-		c.metrics.Lookahead.WithLabelValues(lookaheadMissed).Inc()
+		r.metrics.Lookahead.WithLabelValues(lookaheadMissed).Inc()
 	}
 }
 
-func recordUnwritten(c *Controller, o *outcome) {
-	c.log.Info("stall ended before the surge was written; dropping the Surge", zap.String("surge", o.s.Namespace+"/"+o.s.Name))
+func recordUnwritten(r *surgeReconciler, o *outcome) {
+	r.log.Info("stall ended before the surge was written; dropping the Surge", zap.String("surge", o.s.Namespace+"/"+o.s.Name))
 }
 
-func noteTargetGone(_ *Controller, o *outcome) string {
+func noteTargetGone(_ *surgeReconciler, o *outcome) string {
 	s := o.s
 	return fmt.Sprintf("%s %s was deleted during its surge for node %s: nothing is left to restore", s.Spec.Target.Kind, s.Spec.Target.Name, s.Spec.Node)
 }
 
-func recordTargetGone(c *Controller, o *outcome) {
-	c.metrics.StallsFailed.WithLabelValues(o.s.Spec.Pool, o.s.Spec.Target.Kind, guardian.ReasonPodOwnerGone).Inc()
+func recordTargetGone(r *surgeReconciler, o *outcome) {
+	r.metrics.StallsFailed.WithLabelValues(o.s.Spec.Pool, o.s.Spec.Target.Kind, guardian.ReasonPodOwnerGone).Inc()
 }

@@ -61,7 +61,7 @@ func TestSurgeReportsEvents(t *testing.T) {
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			h.c.report(&outcome{step: tt.step, s: reportedSurge(), obs: guardian.Observation{Now: t0, LiveOnNode: 1}})
+			h.c.reconcile.surge.report(&outcome{step: tt.step, s: reportedSurge(), obs: guardian.Observation{Now: t0, LiveOnNode: 1}})
 			evs := h.events()
 			if tt.want == "" {
 				if len(evs) != 0 {
@@ -83,9 +83,9 @@ func TestSurgeReportsMetrics(t *testing.T) {
 	s := reportedSurge()
 	s.Spec.Trigger = string(guardian.TriggerMCOPredicted)
 	obs := guardian.Observation{Now: t0}
-	h.c.report(&outcome{step: step(guardian.ActStartRestore, guardian.ReasonPredictionMissed, false), s: s, obs: obs})
-	h.c.report(&outcome{step: step(guardian.ActFinish, guardian.ReasonEvictTimeout, true), s: s, obs: obs})
-	h.c.report(&outcome{step: step(guardian.ActForget, "", false), s: s, obs: obs})
+	h.c.reconcile.surge.report(&outcome{step: step(guardian.ActStartRestore, guardian.ReasonPredictionMissed, false), s: s, obs: obs})
+	h.c.reconcile.surge.report(&outcome{step: step(guardian.ActFinish, guardian.ReasonEvictTimeout, true), s: s, obs: obs})
+	h.c.reconcile.surge.report(&outcome{step: step(guardian.ActForget, "", false), s: s, obs: obs})
 	if v := testutil.ToFloat64(h.metrics.Lookahead.WithLabelValues(lookaheadMissed)); v != 1 {
 		t.Errorf("missed look-aheads = %v, want 1", v)
 	}

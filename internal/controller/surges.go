@@ -191,17 +191,6 @@ func targetOf(s *v1alpha1.Surge) *workload.Target {
 	}
 }
 
-// surgesMatching returns the Surges whose node, pool, target or pod owner match.
-func (v *view) surgesMatching(match func(*v1alpha1.Surge) bool) []*v1alpha1.Surge {
-	var out []*v1alpha1.Surge
-	for _, s := range v.surges.List() {
-		if match(s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 func keyOfObject(u *unstructured.Unstructured) types.NamespacedName {
 	return types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
 }

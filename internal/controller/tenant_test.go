@@ -223,7 +223,7 @@ func TestEvictTimeoutRunsAcrossARestart(t *testing.T) {
 	h.refuseEvictions()
 	h.readySurge()
 	h = restart(t, nil, h.kube, h.mco, h.dyn)
-	h.clock.SetTime(t0.Add(h.c.cfg.EvictTimeout))
+	h.clock.SetTime(t0.Add(h.c.reconcile.node.cfg.EvictTimeout))
 	h.refresh()
 	h.syncSurge(depSurge)
 	if s := h.mustSurge(depSurge); s.PhaseOf() != v1alpha1.PhaseRestoring || s.Status.Reason != guardian.ReasonEvictTimeout {
@@ -365,7 +365,9 @@ func TestPendingSurgeFromBeforeAnOutageIsWritten(t *testing.T) {
 }
 
 // booked lists the replacements the Surges in flight wait for, as the next stall decision counts them.
-func (h *harness) booked() []*podinfo.Pod { return h.c.booked(h.c.flight.view(h.c.surges.List())) }
+func (h *harness) booked() []*podinfo.Pod {
+	return h.c.booked(h.c.reconcile.node.flight.view(h.c.surges.List()))
+}
 
 // inFlight counts the Surges that hold a --max-concurrent-surges slot.
-func (h *harness) inFlight() int { return h.c.flight.view(h.c.surges.List()).count }
+func (h *harness) inFlight() int { return h.c.reconcile.node.flight.view(h.c.surges.List()).count }

@@ -19,13 +19,13 @@ import (
 // writes for that kind. A Surge that fails a check is reported once and left alone. A nil case with
 // no error means "look again later" (retry) or "nothing to do". It writes nothing: a Surge whose
 // target is gone is errTargetGone, which its sync acts on.
-func (c *Controller) verify(s *v1alpha1.Surge) (*surgeCase, time.Duration, error) {
+func (b *base) verify(s *v1alpha1.Surge) (*surgeCase, time.Duration, error) {
 	t := targetOf(s)
 	reject := func(reason, format string, args ...any) (*surgeCase, time.Duration, error) {
-		c.rejectSurge(s, reason, fmt.Sprintf(format, args...))
+		b.rejectSurge(s, reason, fmt.Sprintf(format, args...))
 		return nil, 0, nil
 	}
-	if !c.inScope(s.Namespace) {
+	if !b.inScope(s.Namespace) {
 		return reject("OutOfScope", "namespace %s is outside --namespace-selector or opted out", s.Namespace)
 	}
 	if err := workload.CheckPaths(t, s.Spec.Fields); err != nil {
@@ -34,12 +34,12 @@ func (c *Controller) verify(s *v1alpha1.Surge) (*surgeCase, time.Duration, error
 	// Read by name, then compare UIDs: a namesake is not the object the surge was made on.
 	byName := t.Ref
 	byName.UID = ""
-	obj, err := c.store.Get(byName)
+	obj, err := b.store.Get(byName)
 	var notServed *workload.NotServedError
 	switch {
 	case errors.As(err, &notServed):
 		// Never conclude "deleted" from an API that is not served or not synced yet: wait.
-		c.log.Info("target API not available yet; keeping the Surge", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
+		b.log.Info("target API not available yet; keeping the Surge", zap.String("surge", s.Namespace+"/"+s.Name), zap.Error(err))
 		return nil, notServedRetry, nil
 	case apierrors.IsNotFound(err):
 		return nil, 0, errTargetGone
@@ -52,14 +52,14 @@ func (c *Controller) verify(s *v1alpha1.Surge) (*surgeCase, time.Duration, error
 	if obj.Ignored() {
 		return reject("OptedOut", "%s carries %s=true", t.Ref, workload.IgnoreAnnotation)
 	}
-	return c.verifyOwner(&surgeCase{s: s, target: t, obj: obj}, reject)
+	return b.verifyOwner(&surgeCase{s: s, target: t, obj: obj}, reject)
 }
 
 // verifyOwner checks that the Surge's pod owner is still controlled by its target and reads the
 // owner's pods. A pod owner that is gone is no error: the lifecycle restores what it surged.
-func (c *Controller) verifyOwner(sc *surgeCase, reject func(reason, format string, args ...any) (*surgeCase, time.Duration, error)) (*surgeCase, time.Duration, error) {
+func (b *base) verifyOwner(sc *surgeCase, reject func(reason, format string, args ...any) (*surgeCase, time.Duration, error)) (*surgeCase, time.Duration, error) {
 	s, t := sc.s, sc.target
-	owner, err := c.store.PodOwner(t.PodOwner)
+	owner, err := b.store.PodOwner(t.PodOwner)
 	switch {
 	case apierrors.IsNotFound(err):
 		return sc, 0, nil
@@ -69,7 +69,7 @@ func (c *Controller) verifyOwner(sc *surgeCase, reject func(reason, format strin
 	if workload.IgnoredByAnnotation(owner.Annotations) {
 		return reject("OptedOut", "%s carries %s=true", t.PodOwner, workload.IgnoreAnnotation)
 	}
-	resolved, err := c.store.ResolveOwner(t.PodOwner)
+	resolved, err := b.store.ResolveOwner(t.PodOwner)
 	var notServed *workload.NotServedError
 	if errors.As(err, &notServed) {
 		return nil, notServedRetry, nil
@@ -79,10 +79,10 @@ func (c *Controller) verifyOwner(sc *surgeCase, reject func(reason, format strin
 		return reject("OwnerMismatch", "%s does not control %s (resolved: %v)", t.Ref, t.PodOwner, describeResolved(resolved, err))
 	}
 	sc.owner = owner
-	if sc.pods, err = c.podsOf(s.Namespace, t.PodOwner.Kind, owner); err != nil {
+	if sc.pods, err = b.podsOf(s.Namespace, t.PodOwner.Kind, owner); err != nil {
 		return nil, 0, err
 	}
-	c.flight.verified(s)
+	b.flight.verified(s)
 	return sc, 0, nil
 }
 
@@ -94,11 +94,11 @@ func describeResolved(t *workload.Target, err error) string {
 }
 
 // rejectSurge reports, once per Surge version, a Surge the guardian will not act on.
-func (c *Controller) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
-	c.flight.rejected(s)
-	if c.reports.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
-		c.metrics.SurgesRejected.WithLabelValues(reason).Inc()
-		c.event(surgeRef(s), corev1.EventTypeWarning, ReasonUntrustedSurge, actionReport,
+func (b *base) rejectSurge(s *v1alpha1.Surge, reason, detail string) {
+	b.flight.rejected(s)
+	if b.reports.once("", fmt.Sprintf("%s/%s/%s", ReasonUntrustedSurge, s.UID, s.ResourceVersion)) {
+		b.metrics.SurgesRejected.WithLabelValues(reason).Inc()
+		b.event(surgeRef(s), corev1.EventTypeWarning, ReasonUntrustedSurge, actionReport,
 			"Surge %s/%s is not acted on (%s): %s. Its fields are left as they are; check them and delete the Surge by hand",
 			s.Namespace, s.Name, reason, detail)
 	}

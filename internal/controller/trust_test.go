@@ -119,7 +119,7 @@ func TestUntrustedSurgeIsReportedAndLeftAlone(t *testing.T) {
 					t.Fatalf("surges_rejected_total{%s} = %v", tc.reason, v)
 				}
 			}
-			if n := h.c.flight.view(h.c.surges.List()).count; n != 0 {
+			if n := h.c.reconcile.node.flight.view(h.c.surges.List()).count; n != 0 {
 				t.Fatalf("an untrusted Surge counts %d against --max-concurrent-surges", n)
 			}
 		})
@@ -138,7 +138,7 @@ func TestResolvedSurgesDoNotCountAgainstTheLimit(t *testing.T) {
 		if _, err := h.dyn.Resource(v1alpha1.SurgesResource).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		h.c.flight.verified(held)
+		h.c.reconcile.node.flight.verified(held)
 	}
 	h.refresh()
 	h.syncNode("w1")

@@ -26,7 +26,7 @@ func TestPersistentWriteRefusalIsReportedOnce(t *testing.T) {
 	h.refresh()
 	key := types.NamespacedName{Namespace: ns, Name: depSurge}
 	for range 3 {
-		if _, err := h.c.syncSurge(context.Background(), key); err == nil {
+		if _, err := h.c.reconcile.surge.sync(context.Background(), key); err == nil {
 			t.Fatal("a refused patch returned no error: it would not be retried")
 		}
 	}
@@ -51,7 +51,7 @@ func TestTransientWriteErrorsAreNotReported(t *testing.T) {
 	})
 	h.syncNode("w1")
 	h.refresh()
-	if _, err := h.c.syncSurge(context.Background(), types.NamespacedName{Namespace: ns, Name: depSurge}); err != nil {
+	if _, err := h.c.reconcile.surge.sync(context.Background(), types.NamespacedName{Namespace: ns, Name: depSurge}); err != nil {
 		t.Fatalf("a conflict is decided again, not an error: %v", err)
 	}
 	for _, e := range h.events() {
