@@ -2,8 +2,10 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,5 +130,46 @@ func TestStallWantsCapacityOnlyForDrainsUnderWay(t *testing.T) {
 		if got := stallWantsCapacity(report(tc.stage, tc.verdict)); got != tc.want {
 			t.Errorf("%s node, %s: %v, want %v", tc.stage, tc.verdict, got, tc.want)
 		}
+	}
+}
+
+// A workload predicted not steady (here its Deployment's status lags one replica behind) is counted at
+// once, and reported only once it has stayed so for notSteadyReportAfter: one that settles sooner,
+// like a model just Ready whose controller's status lags, gets no Event.
+func TestNotSteadyPredictionIsReportedOnceItLasts(t *testing.T) {
+	objs := append(model(1, "gpu-a"), namespace(ns), gpuNode("gpu-a"), gpuNode("gpu-b"), workerPool(false), pdb(0, 1, 1))
+	h := newHarness(t, nil, objs...)
+	setReady := func(ready int32) {
+		h.updateDeployment(func(d *appsv1.Deployment) { d.Status.ReadyReplicas = ready })
+	}
+	p := h.c.newPredictor()
+	setReady(0)
+	p.predict()
+	if got := testutil.ToFloat64(h.metrics.PredictedBlocks.WithLabelValues("worker", string(check.NotSteady))); got != 1 {
+		t.Fatalf("predicted_blocks{verdict=not-steady} = %v, want 1", got)
+	}
+	if evs := h.events(); len(evs) != 0 {
+		t.Fatalf("a workload not steady for a moment was reported: %v", evs)
+	}
+
+	// It settles before the grace ends, then is not steady again: the grace starts over.
+	h.clock.Step(notSteadyReportAfter - time.Second)
+	setReady(1)
+	p.predict()
+	setReady(0)
+	h.clock.Step(time.Second)
+	p.predict()
+	if evs := h.events(); len(evs) != 0 {
+		t.Fatalf("a workload that settled in between was reported: %v", evs)
+	}
+
+	// It stays not steady for the whole grace: reported once.
+	h.clock.Step(notSteadyReportAfter)
+	p.predict()
+	requireEvent(t, h.events(), corev1.EventTypeWarning, ReasonUpdateWillStall, "model-abc-a", "not-steady")
+	h.clock.Step(time.Minute)
+	p.predict()
+	if evs := h.events(); len(evs) != 0 {
+		t.Errorf("the same finding was reported again: %v", evs)
 	}
 }

@@ -30,6 +30,11 @@ const (
 	// of 1,000 nodes and 30,000 pods costs about a third of a CPU-second (BenchmarkScalePredict).
 	// DrainGuardianUpdateWillStall waits 15 minutes, so a minute's delay changes nothing it says.
 	predictSettle = time.Minute
+	// notSteadyReportAfter is how long a workload must stay not steady before its finding is reported
+	// as an Event: one mid-rollout, or just Ready while its controller's status lags (a LeaderWorkerSet
+	// counts its groups a few seconds after their pods turn Ready), settles sooner and is surged as
+	// soon as it does. The gauge counts it at once.
+	notSteadyReportAfter = predictInterval
 )
 
 // predictor keeps what the periodic prediction reported, so that each unresolvable workload gets
@@ -42,6 +47,10 @@ type predictor struct {
 	// reported holds the keys (see reportKey) of the stalls already reported; a key no longer
 	// predicted is forgotten, so that a stall that comes back is reported again.
 	reported map[string]bool
+	// unsteady holds when each not-steady finding not reported yet was first predicted (see
+	// notSteadyReportAfter); forgotten as reported is.
+	unsteady map[string]time.Time
+	now      func() time.Time
 }
 
 // runPredictions renews the prediction of the next update on a timer and after changes to what it
@@ -106,7 +115,11 @@ func (c *Controller) watchPredictionInputs(poke func(any)) (stop func()) {
 
 // newPredictor builds the periodic prediction over the controller's caches.
 func (c *Controller) newPredictor() *predictor {
-	return &predictor{analyze: c.reconcile.pool.predict, metrics: c.metrics, log: c.log, events: c.reconcile.pool.events, reported: map[string]bool{}}
+	pool := c.reconcile.pool
+	return &predictor{
+		analyze: pool.predict, metrics: c.metrics, log: c.log, events: pool.events, now: pool.clock.Now,
+		reported: map[string]bool{}, unsteady: map[string]time.Time{},
+	}
 }
 
 // predict renews the prediction once: gauges, then Events.
@@ -164,9 +177,10 @@ func poolLabel(pool string) string {
 // reportStalls records a Warning Event the first time a workload is found to stall its drain.
 // Workloads opted out, or out of the guardian's scope, get none: their owners chose that, and the
 // guardian writes nothing in namespaces outside its scope. Nor does an owner that could not be read
-// (check.Unknown): the next prediction reads it again.
+// (check.Unknown): the next prediction reads it again. A workload not steady is reported once it has
+// stayed so for notSteadyReportAfter.
 func (p *predictor) reportStalls(r *check.Report) {
-	seen := map[string]bool{}
+	seen, now := map[string]bool{}, p.now()
 	for _, pool := range r.Pools {
 		for _, n := range pool.Nodes {
 			for _, b := range n.Blocks {
@@ -175,7 +189,7 @@ func (p *predictor) reportStalls(r *check.Report) {
 				}
 				key := reportKey(b)
 				seen[key] = true
-				if p.reported[key] {
+				if p.reported[key] || !p.lasting(key, b.Verdict, now) {
 					continue
 				}
 				p.reported[key] = true
@@ -190,6 +204,24 @@ func (p *predictor) reportStalls(r *check.Report) {
 			delete(p.reported, key)
 		}
 	}
+	for key := range p.unsteady {
+		if !seen[key] {
+			delete(p.unsteady, key)
+		}
+	}
+}
+
+// lasting reports whether a finding is to be reported now: at once, but a not-steady one only once it
+// was first predicted notSteadyReportAfter ago.
+func (p *predictor) lasting(key string, v check.Verdict, now time.Time) bool {
+	if v != check.NotSteady {
+		return true
+	}
+	first, ok := p.unsteady[key]
+	if !ok {
+		p.unsteady[key], first = now, now
+	}
+	return now.Sub(first) >= notSteadyReportAfter
 }
 
 func reportKey(b check.Block) string {

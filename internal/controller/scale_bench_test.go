@@ -291,3 +291,28 @@ func BenchmarkScalePredict(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScaleNodeChange: what one node change costs the next sync during a pool update, at 1,000
+// nodes: the change clears the pools' predicted update order and the collected machine-config daemon
+// answers (onNode), and the next node sync that reads a node's drain rebuilds both, reading every
+// node (mco.PredictTargets, mco.CollectAnswers). The node read is not targeted yet, so its answer is
+// another node's on the same update.
+func BenchmarkScaleNodeChange(b *testing.B) {
+	h := scaleHarness(b)
+	node, err := h.c.nodes.Get("w500")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := h.c.poolFor(node)
+	if pool == nil {
+		b.Fatal("w500 is in no pool")
+	}
+	r := h.c.reconcile.node
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		h.c.plans.invalidate()
+		h.c.answers.invalidate()
+		r.nodeDrain(node, pool, r.predicted(node, pool), t0)
+	}
+}
