@@ -90,7 +90,7 @@ func New(inf *Informers, clients Clients, recorder events.EventRecorder, m *metr
 }
 
 // newController is New on clk: every time the controller and its bookkeeping read comes from it.
-func newController(inf *Informers, clients Clients, recorder events.EventRecorder, m *metrics.Metrics, log *zap.Logger, clk clock.WithTicker) (*Controller, error) {
+func newController(inf *Informers, clients Clients, recorder events.EventRecorder, m *metrics.Metrics, log *zap.Logger, clk clock.Clock) (*Controller, error) {
 	c := &Controller{
 		opts: inf.opts, log: log, metrics: m, informers: inf, view: inf.view, gauges: newGauges(m),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

@@ -967,6 +967,23 @@ func lookaheadCases() []decideCase {
 			want: Action{Kind: ActMarkResolved},
 		},
 		{
+			// Found by the end-to-end suite: a look-ahead surge of a LeaderWorkerSet served the drain
+			// (Resolved); lws recreated the evicted group, one of whose pods the scheduler put back on
+			// the updated node. That pod is no missed prediction: restoring then removed the one
+			// complete group while the recreated one was starting.
+			name: "predicted: resolved, a pod placed back on the updated node: held", phase: v1alpha1.PhaseResolved, surge: predicted,
+			obs:  func(o *Observation) { o.Node = updatedNode(); o.CurrentDrain = ""; o.LiveOnNode = 1 },
+			want: Action{Kind: ActWait, After: defaultRecheckPeriod},
+		},
+		{
+			name: "predicted: missed, but the groups the scale-down keeps are not whole: held", phase: v1alpha1.PhaseReady, surge: predicted,
+			obs: func(o *Observation) {
+				o.Node, o.CurrentDrain = oldNode(), ""
+				o.Groups, o.ReadySurvivors = true, 0
+			},
+			want: Action{Kind: ActMarkResolved, Reason: ReasonDrainOver},
+		},
+		{
 			// Unlike a prediction, a drain that was called off is not a reason to restore: the
 			// surge is held as any resolved one, by the restore policy.
 			name: "MCO drain called off with the pod still there: resolved, not restored", phase: v1alpha1.PhaseReady,
