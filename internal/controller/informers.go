@@ -184,14 +184,11 @@ func (i *Informers) register(inf cache.SharedIndexInformer, handler func(*Contro
 // Start starts the informers and waits for their caches; it returns an error if ctx ends first. The
 // daemon runs it on every replica, leader or not, so that a new leader acts on a warm cache.
 func (i *Informers) Start(ctx context.Context) error {
-	for _, f := range []interface{ Start(<-chan struct{}) }{i.kubeFactory, i.dynamicFactory} {
-		f.Start(ctx.Done())
-	}
-	if i.mcoFactory != nil {
-		i.mcoFactory.Start(ctx.Done())
-	}
-	if i.draFactory != nil {
-		i.draFactory.Start(ctx.Done())
+	for _, f := range []interface{ Start(<-chan struct{}) }{i.kubeFactory, i.dynamicFactory, i.mcoFactory, i.draFactory} {
+		// The MCO and DRA factories exist only when the cluster serves their APIs.
+		if f != nil {
+			f.Start(ctx.Done())
+		}
 	}
 	kserve := i.view.kserve
 	if err := kserve.discover(ctx); err != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -90,12 +91,13 @@ func (c *Controller) runPredictions(ctx context.Context) {
 // watchPredictionInputs calls poke on every change of what a prediction reads; the returned
 // function removes the handlers.
 func (c *Controller) watchPredictionInputs(poke func(any)) (stop func()) {
+	f := c.informers.kubeFactory
 	informers := []cache.SharedIndexInformer{
-		c.informers.kubeFactory.Core().V1().Nodes().Informer(), c.informers.kubeFactory.Core().V1().Pods().Informer(),
-		c.informers.kubeFactory.Policy().V1().PodDisruptionBudgets().Informer(), c.informers.kubeFactory.Core().V1().Namespaces().Informer(),
+		f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer(),
+		f.Policy().V1().PodDisruptionBudgets().Informer(), f.Core().V1().Namespaces().Informer(),
 	}
-	if c.informers.mcoFactory != nil {
-		informers = append(informers, c.informers.mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
+	if mcoFactory := c.informers.mcoFactory; mcoFactory != nil {
+		informers = append(informers, mcoFactory.Machineconfiguration().V1().MachineConfigPools().Informer())
 	}
 	var removes []func()
 	for _, inf := range informers {
@@ -199,16 +201,8 @@ func (p *predictor) reportStalls(r *check.Report) {
 			}
 		}
 	}
-	for key := range p.reported {
-		if !seen[key] {
-			delete(p.reported, key)
-		}
-	}
-	for key := range p.unsteady {
-		if !seen[key] {
-			delete(p.unsteady, key)
-		}
-	}
+	maps.DeleteFunc(p.reported, func(key string, _ bool) bool { return !seen[key] })
+	maps.DeleteFunc(p.unsteady, func(key string, _ time.Time) bool { return !seen[key] })
 }
 
 // lasting reports whether a finding is to be reported now: at once, but a not-steady one only once it

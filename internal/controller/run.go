@@ -15,7 +15,7 @@ import (
 // Informers.Start).
 
 // Run processes the queue with the configured number of workers until ctx ends. Call it only while
-// leading, after Start returned.
+// leading, after Informers.Start returned.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	c.takeOver()

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	mcfgv1 "github.com/openshift/api/machineconfiguration/v1"
-
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -395,14 +395,18 @@ func mustRestore(cfg Config, o Observation) (Action, bool) {
 	if prepared(o.Surge) && o.PrepareWithdrawn {
 		return Action{Kind: ActStartRestore, Reason: ReasonPrepareWithdrawn}, true
 	}
-	if reason, done := finished(cfg, o); done && !groupsShort(o) {
+	if groupsShort(o) {
+		// The restores above are the valves that do not wait; the others keep a workload of groups
+		// surged until the groups its scale-down keeps are whole.
+		return Action{}, false
+	}
+	if reason, done := finished(cfg, o); done {
 		return Action{Kind: ActStartRestore, Reason: reason}, true
 	}
-	if predictedAhead(o) && o.Surge.PhaseOf() != v1alpha1.PhaseResolved && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain && !groupsShort(o) {
+	if predictedAhead(o) && o.Surge.PhaseOf() != v1alpha1.PhaseResolved && o.LiveOnNode > 0 && o.CurrentDrain != o.Surge.Spec.Drain {
 		// The prediction did not come true while the pod is still there: nothing is blocked. (A
 		// Resolved surge's prediction came true: a pod on its node now was placed there after the
-		// drain. And, as for every restore, a workload of groups keeps its surge until the groups the
-		// scale-down keeps are whole.)
+		// drain.)
 		return Action{Kind: ActStartRestore, Reason: ReasonPredictionMissed}, true
 	}
 	return Action{}, false
